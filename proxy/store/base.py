@@ -1,0 +1,276 @@
+"""The session store contract: value types, errors, the `Store` protocol and `open_store`.
+
+Errors::
+
+    StoreError            the store is unreachable or failed; the proxy passes requests
+     |                    through uncompacted when it sees one
+     +-- VersionConflict  compare-and-set lost: re-read and re-apply, or give up
+     +-- SessionTooLarge  the serialized state is over the store's size cap
+
+A bad store URL is a configuration error and raises `ValueError` from `open_store`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+DEFAULT_MAX_SESSION_BYTES = 8 * 2**20
+DEFAULT_TTL_SECONDS = 7 * 86400
+
+_ID_LENGTH = 22
+_ID_RE = re.compile(rf"[A-Za-z0-9_-]{{{_ID_LENGTH}}}")
+
+
+class StoreError(Exception):
+    """The store is unreachable or failed."""
+
+
+class VersionConflict(StoreError):
+    """The stored version is not the one the writer expected."""
+
+
+class SessionTooLarge(StoreError):
+    """The serialized session is larger than the store accepts."""
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    """A session: the tenant (a hash of the client's credentials) and its session header value."""
+
+    tenant: str
+    session: str
+
+    @cached_property
+    def id(self) -> str:
+        """Opaque, URL-safe and stable id used in admin URLs; stores index it."""
+        digest = hashlib.sha256(f"{self.tenant}\0{self.session}".encode()).digest()
+        return base64.urlsafe_b64encode(digest).decode("ascii")[:_ID_LENGTH]
+
+    @classmethod
+    def is_valid_id(cls, value: str) -> bool:
+        """Whether `value` has the shape of an id (so admin can 404 without a store call)."""
+        return bool(_ID_RE.fullmatch(value))
+
+
+@dataclass
+class StoredSession:
+    """One stored session: the serialized state (opaque to the store) and listing metadata."""
+
+    key: SessionKey
+    data: bytes
+    meta: dict[str, Any]
+    version: int
+    updated_at: float
+
+
+@dataclass
+class SessionInfo:
+    """A listing row: everything but the data."""
+
+    key: SessionKey
+    id: str
+    meta: dict[str, Any]
+    version: int
+    updated_at: float
+    size: int
+
+
+SessionPage = tuple[list[SessionInfo], str | None]
+
+
+class Store(Protocol):
+    """Where session states live. Implementations: memory, SQLite, Redis."""
+
+    async def get(self, key: SessionKey) -> StoredSession | None: ...
+
+    async def get_by_id(self, session_id: str) -> StoredSession | None: ...
+
+    async def put(
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: dict[str, Any],
+        *,
+        expected_version: int | None,
+    ) -> int:
+        """Compare-and-set; `expected_version=None` means the session must not exist yet.
+
+        Returns the new version (1 for a new session). Raises `VersionConflict` when the
+        stored version differs, `SessionTooLarge` when `data` is over the size cap.
+        """
+        ...
+
+    async def delete(self, key: SessionKey) -> bool: ...
+
+    async def list(
+        self,
+        *,
+        tenant: str | None = None,
+        updated_after: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Newest first; pass the returned cursor back for the next page (None: no more)."""
+        ...
+
+    async def count(self) -> int: ...
+
+    async def ping(self) -> bool:
+        """Whether the store answers; never raises."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# Helpers shared by the implementations.
+
+
+def encode_meta(meta: dict[str, Any]) -> str:
+    """Serialize listing metadata; raises TypeError/ValueError when it is not plain JSON."""
+    return json.dumps(meta, separators=(",", ":"), allow_nan=False)
+
+
+def decode_meta(text: str | bytes) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise StoreError("stored session metadata is not a JSON object")
+    return value
+
+
+def check_size(data: bytes, max_bytes: int) -> None:
+    if len(data) > max_bytes:
+        raise SessionTooLarge(f"session state is {len(data)} bytes; the cap is {max_bytes}")
+
+
+def check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+
+
+def encode_cursor(updated_at: float, session_id: str) -> str:
+    """A keyset cursor: the sort key (updated_at, id) of the last row of a page."""
+    raw = f"{updated_at!r}/{session_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """Inverse of `encode_cursor`; a malformed cursor raises ValueError."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        stamp, session_id = raw.split("/", 1)
+        return float(stamp), session_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"invalid cursor {cursor!r}") from exc
+
+
+def after_cursor(updated_at: float, session_id: str, cursor: tuple[float, str] | None) -> bool:
+    """Whether a row sorts after the cursor in newest-first (updated_at, id) order."""
+    if cursor is None:
+        return True
+    return (updated_at, session_id) < cursor
+
+
+# URLs.
+
+
+def default_store_url() -> str:
+    """`sqlite:///` + sessions.db in the user's state dir ($XDG_STATE_HOME or ~/.local/state)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    return f"sqlite:///{base / 'xun-proxy' / 'sessions.db'}"
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"***@{netloc}"))
+
+
+def open_store(
+    url: str,
+    *,
+    max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
+    ttl_seconds: int | None = DEFAULT_TTL_SECONDS,
+) -> Store:
+    """Build a store from a URL: memory://, sqlite:///path.db, redis://host:port/db.
+
+    Nothing is connected yet: the first operation connects (and reports a failure as
+    `StoreError`). A URL that names no known store raises ValueError.
+    """
+    url = url.strip()
+    if url in ("", "sqlite://"):
+        url = default_store_url()
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "memory":
+        if url.lower() not in ("memory://", "memory:"):
+            raise ValueError(f"invalid store URL {url!r}: the memory store takes no path")
+        from proxy.store.memory import MemoryStore
+
+        return MemoryStore(max_session_bytes=max_session_bytes)
+    if scheme == "sqlite":
+        from proxy.store.sqlite import SQLiteStore
+
+        path, read_only = _parse_sqlite_url(url)
+        return SQLiteStore(
+            path, max_session_bytes=max_session_bytes, ttl_seconds=ttl_seconds, read_only=read_only
+        )
+    if scheme in ("redis", "rediss"):
+        return _open_redis(url, max_session_bytes=max_session_bytes, ttl_seconds=ttl_seconds)
+    raise ValueError(
+        f"unsupported store URL {_redact(url)!r}: expected memory://, sqlite:///relative.db, "
+        "sqlite:////absolute/path.db or redis://host:port/db"
+    )
+
+
+def _parse_sqlite_url(url: str) -> tuple[str, bool]:
+    if not url.startswith("sqlite:///"):
+        raise ValueError(
+            f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////absolute/path.db"
+        )
+    rest = url[len("sqlite:///") :]
+    path, _, query = rest.partition("?")
+    if not path:
+        raise ValueError(
+            f"invalid SQLite URL {url!r}: no file path (use sqlite:// for the default)"
+        )
+    params = parse_qs(query, keep_blank_values=True)
+    if set(params) - {"mode"} or params.get("mode", ["rw"]) not in (["rw"], ["ro"]):
+        raise ValueError(f"invalid SQLite URL {url!r}: the only option is ?mode=ro")
+    return path, params.get("mode") == ["ro"]
+
+
+def _open_redis(url: str, *, max_session_bytes: int, ttl_seconds: int | None) -> Store:
+    parts = urlsplit(url)
+    try:
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"invalid Redis URL {_redact(url)!r}: bad port") from exc
+    if not parts.hostname:
+        raise ValueError(f"invalid Redis URL {_redact(url)!r}: no host")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ValueError(f"invalid Redis URL {_redact(url)!r}: the path must be a db number")
+    params = parse_qs(parts.query, keep_blank_values=True)
+    prefix = params.pop("prefix", ["xun:"])[-1]
+    query = urlencode(params, doseq=True)
+    try:
+        from proxy.store.redis import RedisStore
+    except ImportError as exc:  # the optional extra is missing
+        raise ValueError("a redis:// store needs redis-py: pip install 'xun-proxy[redis]'") from exc
+    return RedisStore(
+        urlunsplit(parts._replace(query=query)),
+        prefix=prefix,
+        max_session_bytes=max_session_bytes,
+        ttl_seconds=ttl_seconds,
+    )

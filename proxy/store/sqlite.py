@@ -1,0 +1,256 @@
+"""The embedded default store: one SQLite file (WAL mode), so sessions survive a restart.
+
+The standard library's `sqlite3` blocks, so one dedicated worker thread owns the single
+connection and every operation runs there, off the event loop and serialised. Compare-and-set
+is one statement (`UPDATE ... WHERE version = ?`, `INSERT ... ON CONFLICT DO NOTHING`), so it
+stays atomic even when several processes share the file. Retention: sessions not written for
+`ttl_seconds` are deleted when the store connects and then at most once an hour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from proxy.store.base import (
+    DEFAULT_MAX_SESSION_BYTES,
+    DEFAULT_TTL_SECONDS,
+    SessionInfo,
+    SessionKey,
+    SessionPage,
+    StoredSession,
+    StoreError,
+    VersionConflict,
+    check_limit,
+    check_size,
+    decode_cursor,
+    decode_meta,
+    encode_cursor,
+    encode_meta,
+)
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    data BLOB NOT NULL,
+    meta TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_time ON sessions (updated_at, id);
+CREATE INDEX IF NOT EXISTS sessions_by_tenant ON sessions (tenant, updated_at, id);
+PRAGMA user_version = 1;
+"""
+
+_PURGE_EVERY = 3600.0
+_LIST_COLUMNS = "id, tenant, session, meta, version, updated_at, length(data)"
+
+
+class SQLiteStore:
+    """Sessions in one SQLite file; `path` may be ":memory:" for a private in-memory db."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
+        ttl_seconds: int | None = DEFAULT_TTL_SECONDS,
+        read_only: bool = False,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        self.path = str(path)
+        self.max_session_bytes = max_session_bytes
+        self.ttl_seconds = ttl_seconds
+        self.read_only = read_only
+        self.busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xun-sqlite")
+        # Touched only from the worker thread.
+        self._conn: sqlite3.Connection | None = None
+        self._purged_at = 0.0
+        self._closed = False
+
+    # Plumbing: every call goes through the worker thread, errors become StoreError.
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreError("the SQLite store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._call, fn)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        return fn(self._conn)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            target, uri = f"file:{quote(self.path)}?mode=ro", True
+        else:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            target, uri = self.path, False
+        conn = sqlite3.connect(
+            target,
+            uri=uri,
+            timeout=self.busy_timeout,
+            isolation_level=None,  # autocommit: each statement is its own transaction
+            check_same_thread=False,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            if not self.read_only:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.executescript(_SCHEMA)
+                self._purge(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _purge(self, conn: sqlite3.Connection) -> None:
+        now = time.time()
+        if self.ttl_seconds is not None and now - self._purged_at >= _PURGE_EVERY:
+            conn.execute("DELETE FROM sessions WHERE updated_at < ?", (now - self.ttl_seconds,))
+            self._purged_at = now
+
+    # The Store protocol.
+
+    async def get(self, key: SessionKey) -> StoredSession | None:
+        found = await self._run(lambda conn: _select(conn, key.id))
+        return found if found is not None and found.key == key else None
+
+    async def get_by_id(self, session_id: str) -> StoredSession | None:
+        return await self._run(lambda conn: _select(conn, session_id))
+
+    async def put(
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: dict[str, Any],
+        *,
+        expected_version: int | None,
+    ) -> int:
+        check_size(data, self.max_session_bytes)
+        meta_json = encode_meta(meta)
+
+        def write(conn: sqlite3.Connection) -> int:
+            now = time.time()
+            if expected_version is None:
+                cur = conn.execute(
+                    "INSERT INTO sessions (id, tenant, session, data, meta, version, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, 1, ?) ON CONFLICT (id) DO NOTHING",
+                    (key.id, key.tenant, key.session, data, meta_json, now),
+                )
+            else:
+                cur = conn.execute(
+                    "UPDATE sessions SET data = ?, meta = ?, version = version + 1,"
+                    " updated_at = ? WHERE id = ? AND version = ?",
+                    (data, meta_json, now, key.id, expected_version),
+                )
+            if cur.rowcount != 1:
+                row = conn.execute(
+                    "SELECT version FROM sessions WHERE id = ?", (key.id,)
+                ).fetchone()
+                found = None if row is None else row[0]
+                raise VersionConflict(f"expected version {expected_version}, found {found}")
+            self._purge(conn)
+            return 1 if expected_version is None else expected_version + 1
+
+        return await self._run(write)
+
+    async def delete(self, key: SessionKey) -> bool:
+        def remove(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("DELETE FROM sessions WHERE id = ?", (key.id,))
+            return cur.rowcount > 0
+
+        return await self._run(remove)
+
+    async def list(
+        self,
+        *,
+        tenant: str | None = None,
+        updated_after: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        check_limit(limit)
+        where: list[str] = []
+        args: list[Any] = []
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if updated_after is not None:
+            where.append("updated_at > ?")
+            args.append(updated_after)
+        if cursor is not None:
+            stamp, last_id = decode_cursor(cursor)
+            where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+            args += [stamp, stamp, last_id]
+        sql = f"SELECT {_LIST_COLUMNS} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
+        args.append(limit + 1)
+        rows = await self._run(lambda conn: conn.execute(sql, args).fetchall())
+        infos = [
+            SessionInfo(SessionKey(t, s), sid, decode_meta(m), v, u, size)
+            for sid, t, s, m, v, u, size in rows[:limit]
+        ]
+        more = len(rows) > limit
+        next_cursor = encode_cursor(infos[-1].updated_at, infos[-1].id) if more else None
+        return infos, next_cursor
+
+    async def count(self) -> int:
+        row = await self._run(lambda conn: conn.execute("SELECT count(*) FROM sessions").fetchone())
+        return int(row[0])
+
+    async def ping(self) -> bool:
+        try:
+            await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
+        except StoreError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+        finally:
+            self._executor.shutdown(wait=False)
+
+
+def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
+    row = conn.execute(
+        "SELECT tenant, session, data, meta, version, updated_at FROM sessions WHERE id = ?",
+        (session_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    tenant, session, data, meta, version, updated_at = row
+    return StoredSession(
+        SessionKey(tenant, session), bytes(data), decode_meta(meta), version, updated_at
+    )

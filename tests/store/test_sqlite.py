@@ -1,0 +1,154 @@
+"""SQLite-specific behaviour: persistence, WAL, retention and failures surfacing as StoreError."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from proxy.store import SessionKey, StoreError, open_store
+from proxy.store.sqlite import SQLiteStore
+
+KEY = SessionKey("tenant", "session")
+
+
+async def test_sessions_survive_close_and_reopen(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nested' / 'dirs' / 'sessions.db'}"
+    store = open_store(url)
+    await store.put(KEY, b"kept", {"messages": 2}, expected_version=None)
+    await store.put(KEY, b"kept v2", {"messages": 4}, expected_version=1)
+    await store.close()
+
+    reopened = open_store(url)
+    try:
+        got = await reopened.get(KEY)
+        assert got is not None
+        assert (got.data, got.meta, got.version) == (b"kept v2", {"messages": 4}, 2)
+        assert await reopened.get_by_id(KEY.id) == got
+        assert await reopened.put(KEY, b"v3", {}, expected_version=2) == 3
+    finally:
+        await reopened.close()
+
+
+async def test_wal_mode_and_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    await store.put(KEY, b"x", {}, expected_version=None)
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(sessions)")}
+    conn.close()
+    assert {"sessions_by_time", "sessions_by_tenant"} <= indexes
+
+
+async def test_read_only_mode_reads_but_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    writer = SQLiteStore(path)
+    await writer.put(KEY, b"x", {}, expected_version=None)
+    await writer.close()
+    reader = open_store(f"sqlite:///{path}?mode=ro")
+    try:
+        got = await reader.get(KEY)
+        assert got is not None and got.data == b"x"
+        with pytest.raises(StoreError, match="readonly") as info:
+            await reader.put(KEY, b"y", {}, expected_version=1)
+        assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+        assert await reader.ping() is True
+    finally:
+        await reader.close()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file permissions")
+async def test_read_only_file_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    writer = SQLiteStore(path)
+    await writer.put(KEY, b"x", {}, expected_version=None)
+    await writer.close()
+    path.chmod(0o444)
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreError):
+            await store.put(KEY, b"y", {}, expected_version=1)
+    finally:
+        await store.close()
+
+
+async def test_locked_database_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path, busy_timeout=0.05)
+    await store.put(KEY, b"x", {}, expected_version=None)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError, match="locked"):
+            await store.put(KEY, b"y", {}, expected_version=1)
+        blocker.execute("ROLLBACK")
+        assert await store.put(KEY, b"y", {}, expected_version=1) == 2  # recovers
+    finally:
+        blocker.close()
+        await store.close()
+
+
+async def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    store = SQLiteStore(tmp_path / "a-file" / "sessions.db")
+    try:
+        with pytest.raises(StoreError):
+            await store.get(KEY)
+        assert await store.ping() is False
+    finally:
+        await store.close()
+
+
+async def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    path.write_bytes(b"this is not a database file" * 100)
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreError):
+            await store.put(KEY, b"x", {}, expected_version=None)
+        assert await store.ping() is False
+    finally:
+        await store.close()
+
+
+async def test_closed_store_raises_store_error(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        await store.get(KEY)
+    assert await store.ping() is False
+
+
+async def test_sessions_past_their_ttl_are_purged_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path, ttl_seconds=3600)
+    await store.put(KEY, b"old", {}, expected_version=None)
+    await store.put(SessionKey("tenant", "fresh"), b"new", {}, expected_version=None)
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE sessions SET updated_at = 0 WHERE id = ?", (KEY.id,))
+    conn.close()
+
+    kept = SQLiteStore(path, ttl_seconds=None)
+    assert await kept.count() == 2  # no ttl: nothing is purged
+    await kept.close()
+    purged = SQLiteStore(path, ttl_seconds=3600)
+    try:
+        assert await purged.get(KEY) is None
+        assert await purged.count() == 1
+    finally:
+        await purged.close()
+
+
+async def test_in_memory_sqlite(tmp_path: Path) -> None:
+    store = open_store("sqlite:///:memory:")
+    try:
+        await store.put(KEY, b"x", {}, expected_version=None)
+        assert await store.count() == 1
+    finally:
+        await store.close()
