@@ -1,0 +1,148 @@
+"""The ASGI application: routes, error handlers, the access-log middleware and the lifespan.
+
+`create_app` builds everything from a `Settings`; the shared upstream client and the store live
+in the lifespan (`app.state.upstream`, `app.state.store`), never in module globals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from proxy.compact import AutoCompactor, CompactorAbstract
+from proxy.errors import (
+    ProxyError,
+    error_payload,
+    handle_http_exception,
+    handle_proxy_error,
+    handle_unexpected,
+)
+from proxy.logging import RequestLogMiddleware
+from proxy.routes.forward import forward, forward_endpoint
+from proxy.settings import ConfigError, Settings
+from proxy.store import Store, open_store
+from proxy.upstream import Upstream
+
+FORWARD_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+Endpoint = Callable[[Request], Awaitable[Response]]
+_COMPACTOR_FIELDS = ("toolcall_keep_max", "summary_keep_max", "escalation_rounds", "max_retries")
+
+
+def load_compactor(settings: Settings) -> CompactorAbstract:
+    """The compaction strategy: `auto_compact.compactor` by import path, else `AutoCompactor`.
+
+    The configured keep windows and rounds are passed to a custom class when its constructor
+    takes them.
+    """
+    fields = {name: getattr(settings, name) for name in _COMPACTOR_FIELDS}
+    if settings.compactor is None:
+        return AutoCompactor(**fields)
+    module_name, _, attr_path = settings.compactor.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for attr in attr_path.split("."):
+            target = getattr(target, attr)
+    except (ImportError, AttributeError) as exc:
+        message = f"auto_compact.compactor: cannot import {settings.compactor}: {exc}"
+        raise ConfigError([message]) from exc
+    if not (isinstance(target, type) and issubclass(target, CompactorAbstract)):
+        message = f"auto_compact.compactor: {settings.compactor} is not a CompactorAbstract"
+        raise ConfigError([message])
+    params = inspect.signature(target).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {name: value for name, value in fields.items() if takes_any or name in params}
+    instance: CompactorAbstract = target(**kwargs)
+    return instance
+
+
+def _chat_endpoint() -> Endpoint:
+    """`proxy.routes.chat.chat_completions`, or plain forwarding while that module is absent."""
+    try:
+        module = importlib.import_module("proxy.routes.chat")
+    except ModuleNotFoundError as exc:
+        if exc.name != "proxy.routes.chat":
+            raise
+        return forward
+    endpoint: Endpoint = module.chat_completions
+    return endpoint
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Ready when not draining and the store answers its ping."""
+    state = request.app.state
+    if getattr(state, "draining", False):
+        body = error_payload("The proxy is shutting down.", "server_error", "draining")
+        return JSONResponse({"status": "draining", **body}, status_code=503)
+    store: Store | None = getattr(state, "store", None)
+    if store is None or not await store.ping():
+        body = error_payload("The session store is unreachable.", "server_error", "store_down")
+        return JSONResponse({"status": "not_ready", "store": "unreachable", **body}, 503)
+    return JSONResponse({"status": "ready", "store": "ok"})
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """Build the proxy app. An injected `store` is used as is and not closed on shutdown;
+    `transport` replaces the upstream client's network transport (tests)."""
+    compactor = load_compactor(settings)
+    chat_endpoint = _chat_endpoint()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        upstream = Upstream(settings, transport=transport)
+        owned = store is None
+        active = store
+        if active is None:
+            active = open_store(
+                settings.store_url,
+                max_session_bytes=settings.session_max_bytes,
+                ttl_seconds=settings.session_ttl_seconds,
+            )
+        app.state.upstream = upstream
+        app.state.store = active
+        try:
+            yield
+        finally:
+            await upstream.aclose()
+            if owned:
+                await active.close()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
+        Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        ProxyError: handle_proxy_error,
+        HTTPException: handle_http_exception,
+        Exception: handle_unexpected,
+    }
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(RequestLogMiddleware, include_exception_text=settings.log_content)],
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.compactor = compactor
+    return app

@@ -1,0 +1,191 @@
+"""One error tree for the proxy, rendered on every route in OpenAI's error shape.
+
+    ProxyError (500, server_error)
+    ├── InvalidRequest (400, invalid_request_error)        x-should-retry: false
+    │   ├── Unauthorized (401)                              x-should-retry: false
+    │   ├── NotFound (404)                                  x-should-retry: false
+    │   ├── MethodNotAllowed (405)                          x-should-retry: false
+    │   └── PayloadTooLarge (413)                           x-should-retry: false
+    ├── ServiceUnavailable (503, server_error)
+    └── UpstreamError (502, upstream_error)
+        ├── UpstreamUnreachable (502)
+        ├── UpstreamInvalidResponse (502)
+        └── UpstreamTimeout (504)
+
+Foreign errors (httpx, starlette) are translated at the edge with `raise ... from exc`; any
+other exception becomes a generic 500 whose body never carries a traceback or exception text.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+logger = logging.getLogger("proxy.errors")
+
+
+class ProxyError(Exception):
+    """An error the proxy answers itself, with an HTTP status and OpenAI's error fields."""
+
+    status: int = 500
+    type: str = "server_error"
+    default_code: ClassVar[str | None] = None
+    default_message: ClassVar[str] = "The proxy failed to handle the request."
+    # False when sending the same request again cannot succeed (the OpenAI SDKs honour it).
+    retryable: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        status: int | None = None,
+    ) -> None:
+        if status is not None:
+            self.status = status
+        self.message = message or self.default_message
+        self.code = code if code is not None else self.default_code
+        self.param = param
+        self.headers: dict[str, str] = dict(headers or {})
+        if not self.retryable:
+            self.headers.setdefault("x-should-retry", "false")
+        super().__init__(self.message)
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+    default_message = "The request is invalid."
+    retryable = False
+
+
+class Unauthorized(InvalidRequest):
+    status = 401
+    default_code = "invalid_api_key"
+    default_message = "Missing or invalid credentials."
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    default_code = "not_found"
+    default_message = "Not found."
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+    default_code = "method_not_allowed"
+    default_message = "Method not allowed."
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+    default_code = "request_too_large"
+    default_message = "The request body is too large."
+
+
+class ServiceUnavailable(ProxyError):
+    status = 503
+    default_code = "service_unavailable"
+    default_message = "The proxy is not ready to serve requests."
+
+
+class UpstreamError(ProxyError):
+    status = 502
+    type = "upstream_error"
+    default_code = "upstream_error"
+    default_message = "The upstream API failed."
+
+
+class UpstreamUnreachable(UpstreamError):
+    default_code = "upstream_unreachable"
+    default_message = "The upstream API could not be reached."
+
+
+class UpstreamInvalidResponse(UpstreamError):
+    default_code = "upstream_invalid_response"
+    default_message = "The upstream API sent a response the proxy could not read."
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    default_code = "upstream_timeout"
+    default_message = "The upstream API did not answer in time."
+
+
+def error_payload(
+    message: str, type: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def error_response(exc: ProxyError) -> JSONResponse:
+    """Render a `ProxyError` as its status, headers and OpenAI-shaped body."""
+    body = error_payload(exc.message, exc.type, exc.code, exc.param)
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+
+_HTTP_ERRORS: Mapping[int, type[ProxyError]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    404: NotFound,
+    405: MethodNotAllowed,
+    413: PayloadTooLarge,
+    503: ServiceUnavailable,
+}
+
+
+def from_http_exception(request: Request, exc: HTTPException) -> ProxyError:
+    """Translate starlette's routing errors (404, 405, ...) into the proxy's tree."""
+    cls = _HTTP_ERRORS.get(exc.status_code)
+    if cls is None:
+        cls = InvalidRequest if exc.status_code < 500 else ProxyError
+    message = exc.detail
+    if exc.status_code == 404:
+        message = f"Invalid URL ({request.method} {request.url.path})"
+    elif exc.status_code == 405:
+        message = f"Method {request.method} is not allowed on {request.url.path}"
+    # Unusual statuses (e.g. 408, 422) keep their number rather than fold into 400/500.
+    return cls(message, headers=exc.headers, status=exc.status_code)
+
+
+def internal_error_response() -> JSONResponse:
+    """The generic 500: nothing about the failure leaks to the client."""
+    body = error_payload("The proxy failed to handle the request.", "server_error")
+    return JSONResponse(body, status_code=500)
+
+
+def log_unexpected(exc: BaseException, *, where: str, include_message: bool = False) -> None:
+    """Log an unexpected exception: its type and stack frames; its text only when asked,
+    because exception messages can quote request content."""
+    fields: dict[str, Any] = {
+        "where": where,
+        "exc_type": type(exc).__name__,
+        "traceback": "".join(traceback.format_tb(exc.__traceback__)),
+    }
+    if include_message:
+        fields["exc_message"] = str(exc)
+    logger.error("unhandled exception", extra={"fields": fields})
+
+
+async def handle_proxy_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProxyError)
+    return error_response(exc)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error_response(from_http_exception(request, exc))
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    log_unexpected(exc, where=request.url.path)
+    return internal_error_response()

@@ -1,0 +1,132 @@
+"""Structured logs: one JSON object per line, and the per-request access-log middleware.
+
+Records carry their structured fields in `extra={"fields": {...}}`. Secrets never reach a line:
+field names that look like credentials are dropped whatever their value, and the access line
+is built from an allow-list of request facts (method, path without query, status, timing).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.errors import internal_error_response, log_unexpected
+
+ACCESS_LOGGER = "proxy.access"
+_SECRET_PARTS = ("authorization", "api_key", "apikey", "api-key", "secret", "password", "token")
+# Token counts are numbers, not secrets: allow the field names that merely mention tokens.
+_TOKEN_COUNT_FIELDS = ("tokens", "token_threshold", "total_tokens")
+
+
+def _is_secret_name(name: str) -> bool:
+    lowered = name.lower()
+    if lowered.endswith(_TOKEN_COUNT_FIELDS):
+        return False
+    return any(part in lowered for part in _SECRET_PARTS)
+
+
+def redact(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop fields whose names suggest a credential."""
+    return {key: value for key, value in fields.items() if not _is_secret_name(key)}
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"ts", "level", "logger", "msg", ...fields}` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            line.update(redact(fields))
+        if record.exc_info and record.exc_info[1] is not None:
+            line["exc_type"] = type(record.exc_info[1]).__name__
+        return orjson.dumps(line, default=str).decode()
+
+
+def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
+    """Send the proxy's and uvicorn's logs to `stream` (stderr) as JSON lines.
+
+    Called by the CLI only: creating an app never reconfigures logging.
+    """
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    for name in ("proxy", "uvicorn", "uvicorn.error"):
+        target = logging.getLogger(name)
+        target.handlers[:] = [handler]
+        target.setLevel(level.upper())
+        target.propagate = False
+
+
+def mint_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+class RequestLogMiddleware:
+    """Pure ASGI middleware: one access line per HTTP request, and a request id on every reply.
+
+    Routes add facts through `request.state.log_fields` (a dict). An exception that escapes the
+    app becomes the generic OpenAI-shaped 500 (or an aborted body if the reply had started).
+    """
+
+    def __init__(self, app: ASGIApp, *, include_exception_text: bool = False) -> None:
+        self.app = app
+        self.logger = logging.getLogger(ACCESS_LOGGER)
+        self.include_exception_text = include_exception_text
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        log_fields: dict[str, Any] = {}
+        scope.setdefault("state", {})["log_fields"] = log_fields
+        status = 0
+        request_id = ""
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, request_id
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                found = [value for name, value in headers if name.lower() == b"x-request-id"]
+                if found:
+                    request_id = found[0].decode("latin-1")
+                else:
+                    request_id = mint_request_id()
+                    headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            log_unexpected(exc, where=scope["path"], include_message=self.include_exception_text)
+            if status == 0:
+                await internal_error_response()(scope, receive, send_with_id)
+            else:
+                # Headers are out: returning without finishing the body makes the server
+                # abort the connection, so the client sees a broken reply, not a short one.
+                log_fields.setdefault("error", "response aborted")
+        finally:
+            fields = {
+                **log_fields,
+                "method": scope["method"],
+                "path": scope["path"],
+                "status": status,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                "request_id": request_id,
+            }
+            self.logger.info("request", extra={"fields": fields})

@@ -1,0 +1,144 @@
+"""Transparent pass-through for `/v1/...`: bodies streamed both ways, status and headers kept.
+
+The request body streams upstream as it arrives (counted against `max_body_bytes`); the
+upstream response streams back byte for byte. When the client goes away, starlette cancels the
+relay and the background task closes the upstream response, which drops that connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import orjson
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
+
+from proxy.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    ProxyError,
+    error_payload,
+)
+from proxy.settings import Settings
+from proxy.upstream import Content, Upstream, map_transport_error
+
+API_PREFIX = "/v1"
+
+
+def upstream_path(scope: Scope) -> str:
+    """The request's raw (still percent-encoded) path relative to `/v1`."""
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    path = raw.decode("latin-1").split("?", 1)[0]
+    root_path: str = scope.get("root_path", "")
+    if root_path and path.startswith(root_path):
+        path = path[len(root_path) :]
+    if path == API_PREFIX or path.startswith(API_PREFIX + "/"):
+        path = path[len(API_PREFIX) :]
+    return path or "/"
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body exceeds the proxy's limit of {limit} bytes.")
+
+
+async def _limited_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
+    seen = 0
+    try:
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit:
+                raise _too_large(limit)
+            if chunk:
+                yield chunk
+    except ClientDisconnect as exc:
+        raise InvalidRequest(
+            "The client closed the request.", code="client_disconnected", status=499
+        ) from exc
+
+
+def _request_content(request: Request, headers: dict[str, str], limit: int) -> Content:
+    """The body to send upstream: nothing, or the client's body streamed with a byte cap."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise InvalidRequest("Invalid Content-Length header.", code="invalid_content_length")
+        length = int(declared)
+        if length > limit:
+            raise _too_large(limit)
+        if length == 0:
+            return b""
+        # The server already enforces the declared framing, so upstream can get it too.
+        headers["content-length"] = str(length)
+        return _limited_stream(request, limit)
+    if "chunked" in request.headers.get("transfer-encoding", "").lower():
+        return _limited_stream(request, limit)
+    return None
+
+
+async def _relay_body(response: httpx.Response) -> AsyncIterator[bytes]:
+    if response.is_stream_consumed:
+        # A response built in memory (httpx.MockTransport) is read eagerly: relay its content.
+        yield response.content
+        return
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as exc:
+        await response.aclose()
+        error = map_transport_error(exc)
+        content_type = response.headers.get("content-type", "")
+        if isinstance(error, ProxyError) and content_type.startswith("text/event-stream"):
+            # A stream that just stopped would look complete; say why it ended.
+            payload = error_payload(error.message, error.type, error.code)
+            yield b"data: " + orjson.dumps(payload) + b"\n\n"
+            return
+        # Headers are already out: raising aborts the connection instead of a short body.
+        raise error from exc
+
+
+def relay(response: httpx.Response) -> Response:
+    """Stream an open upstream response back unchanged; it is closed when the relay ends."""
+    relayed = StreamingResponse(
+        _relay_body(response),
+        status_code=response.status_code,
+        background=BackgroundTask(response.aclose),
+    )
+    relayed.raw_headers = [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in Upstream.response_headers(response.headers, raw=True)
+    ]
+    return relayed
+
+
+async def forward(request: Request, *, body: bytes | None = None) -> Response:
+    """Pass `request` through to the same path upstream.
+
+    `body` is given when the caller has already read the request body; otherwise it is
+    streamed from the client.
+    """
+    settings: Settings = request.app.state.settings
+    upstream: Upstream = request.app.state.upstream
+    headers = upstream.forward_headers(request.headers)
+    content: Content
+    if body is not None:
+        if len(body) > settings.max_body_bytes:
+            raise _too_large(settings.max_body_bytes)
+        content = body
+    else:
+        content = _request_content(request, headers, settings.max_body_bytes)
+    response = await upstream.send(
+        request.method,
+        upstream_path(request.scope),
+        headers=headers,
+        content=content,
+        params=request.scope.get("query_string", b""),
+    )
+    return relay(response)
+
+
+async def forward_endpoint(request: Request) -> Response:
+    """The route for every `/v1/...` path the proxy does not handle itself."""
+    return await forward(request)

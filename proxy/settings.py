@@ -1,0 +1,327 @@
+"""Configuration: one validated `Settings` object built from flags, environment and a YAML file.
+
+This is the only module that reads the environment. Precedence is flag > env > file > default;
+`load_settings` resolves the sources itself (instead of pydantic-settings' implicit ones) so a
+bad value is reported under the name the user actually wrote: its config key, and the flag or
+environment variable it came from.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+MiB = 1024 * 1024
+DAY = 24 * 60 * 60
+_HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@dataclass(frozen=True)
+class Option:
+    """Where one setting can come from: its YAML key, environment variable and flag."""
+
+    field: str
+    key: str
+    env: str | None = None
+    flag: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("upstream_base_url", "upstream.base_url", "XUN_UPSTREAM", "--upstream"),
+    Option("upstream_api_key", "upstream.api_key", "XUN_UPSTREAM_API_KEY", "--upstream-api-key"),
+    Option("connect_timeout", "upstream.connect_timeout", "XUN_CONNECT_TIMEOUT"),
+    Option("read_timeout", "upstream.read_timeout", "XUN_READ_TIMEOUT"),
+    Option("write_timeout", "upstream.write_timeout", "XUN_WRITE_TIMEOUT"),
+    Option("pool_timeout", "upstream.pool_timeout", "XUN_POOL_TIMEOUT"),
+    Option("max_upstream_connections", "upstream.max_connections", "XUN_MAX_UPSTREAM_CONNECTIONS"),
+    Option("host", "server.host", "XUN_HOST", "--host"),
+    Option("port", "server.port", "XUN_PORT", "--port"),
+    Option("max_body_bytes", "server.max_body_bytes", "XUN_MAX_BODY_BYTES", "--max-body-bytes"),
+    Option("store_url", "store.url", "XUN_STORE", "--store"),
+    Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
+    Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
+    Option(
+        "token_threshold",
+        "auto_compact.token_threshold",
+        "XUN_TOKEN_THRESHOLD",
+        "--token-threshold",
+    ),
+    Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
+    Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
+    Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
+    Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
+    Option("escalation_rounds", "auto_compact.escalation_rounds", "XUN_ESCALATION_ROUNDS"),
+    Option("max_retries", "auto_compact.max_retries", "XUN_MAX_RETRIES"),
+    Option("compactor", "auto_compact.compactor", "XUN_COMPACTOR"),
+    Option("max_extract_rounds", "auto_compact.max_extract_rounds", "XUN_MAX_EXTRACT_ROUNDS"),
+    Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
+    Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
+    Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
+    Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
+    Option("log_content", "log.content", "XUN_LOG_CONTENT", "--log-content"),
+)
+OPTIONS_BY_FIELD: Mapping[str, Option] = {option.field: option for option in OPTIONS}
+OPTIONS_BY_KEY: Mapping[str, Option] = {option.key: option for option in OPTIONS}
+CONFIG_ENV = "XUN_CONFIG"
+
+
+class ConfigError(Exception):
+    """Configuration that cannot be used; `lines` name each bad key and what is wrong."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.lines = list(lines)
+        super().__init__("invalid configuration:\n  " + "\n  ".join(self.lines))
+
+
+def default_store_url(env: Mapping[str, str] | None = None) -> str:
+    """`sqlite:///` + `$XDG_STATE_HOME` (or `~/.local/state`) + `/xun-proxy/sessions.db`.
+
+    The same rule as `proxy.store.base.default_store_url`, but reading the given mapping; a
+    relative `XDG_STATE_HOME` is ignored, as the XDG spec says.
+    """
+    env = os.environ if env is None else env
+    state = env.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    return f"sqlite:///{base / 'xun-proxy' / 'sessions.db'}"
+
+
+def is_loopback(host: str) -> bool:
+    """True when a bind address only accepts connections from this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class Settings(BaseSettings):
+    """Every knob of the proxy. Build it with `load_settings`; `Settings(...)` reads no env."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    upstream_base_url: str = "https://api.openai.com/v1"
+    upstream_api_key: SecretStr | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+    write_timeout: float = Field(60.0, gt=0)
+    pool_timeout: float = Field(10.0, gt=0)
+    max_upstream_connections: int = Field(256, gt=0)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8484, ge=0, le=65535)
+    max_body_bytes: int = Field(32 * MiB, gt=0)
+
+    store_url: str = Field(default_factory=default_store_url)
+    session_ttl_seconds: int = Field(7 * DAY, gt=0)
+    session_max_bytes: int = Field(8 * MiB, gt=0)
+
+    token_threshold: int = Field(192_000, gt=0)
+    auto_compact_enabled: bool = True
+    summary_model: str | None = None
+    toolcall_keep_max: int = Field(12, ge=0)
+    summary_keep_max: int = Field(16, ge=0)
+    escalation_rounds: int = Field(2, ge=0)
+    max_retries: int = Field(2, ge=0)
+    compactor: str | None = None
+    max_extract_rounds: int = Field(4, ge=0)
+    context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
+
+    admin_key: SecretStr | None = None
+    session_headers: list[str] = Field(default_factory=lambda: ["X-Session-Id"], min_length=1)
+
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_content: bool = False
+    config_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings merges env and file itself; constructing Settings never reads os.environ.
+        return (init_settings,)
+
+    @field_validator("upstream_base_url")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        value = value.strip()
+        if not re.match(r"^https?://[^/?#\s]+", value):
+            raise ValueError("must be an absolute http:// or https:// URL")
+        if "?" in value or "#" in value:
+            raise ValueError("must not carry a query string or fragment")
+        return value.rstrip("/")
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store(cls, value: str) -> str:
+        value = value.strip()
+        if not re.match(r"^(memory|sqlite|redis|rediss):", value, re.IGNORECASE):
+            raise ValueError("must be memory://, sqlite:///path.db or redis://host:port/db")
+        return value
+
+    @field_validator("session_headers", mode="before")
+    @classmethod
+    def _split_headers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("session_headers")
+    @classmethod
+    def _check_headers(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _HEADER_TOKEN.match(name):
+                raise ValueError(f"{name!r} is not a valid HTTP header name")
+        return value
+
+    @field_validator("compactor")
+    @classmethod
+    def _check_compactor(cls, value: str | None) -> str | None:
+        if value is not None and not _IMPORT_PATH.match(value):
+            raise ValueError('must be an import path like "package.module:ClassName"')
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when the server binds to a loopback address only."""
+        return is_loopback(self.host)
+
+    @property
+    def admin_enabled(self) -> bool:
+        """Admin routes answer with a key, or without one only on a loopback bind."""
+        return self.admin_key is not None or self.is_loopback
+
+    def check_admin_key(self, presented: str | None) -> bool:
+        """Constant-time check of a presented admin key (False when no key is configured)."""
+        if self.admin_key is None or presented is None:
+            return False
+        expected = self.admin_key.get_secret_value().encode()
+        return hmac.compare_digest(expected, presented.encode())
+
+    @property
+    def upstream_api_key_value(self) -> str | None:
+        """The configured upstream key in clear, for building the Authorization header."""
+        return None if self.upstream_api_key is None else self.upstream_api_key.get_secret_value()
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    values: dict[str, tuple[Any, str]] = {}
+    errors: list[str] = []
+    for option in OPTIONS:
+        if option.env is None or option.env not in env:
+            continue
+        raw: Any = env[option.env]
+        if option.field == "context_windows":
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                errors.append(f"{option.key}: {option.env} must be a JSON object")
+                continue
+        values[option.field] = (raw, option.env)
+    if errors:
+        raise ConfigError(errors)
+    return values
+
+
+def _file_values(path: Path) -> dict[str, tuple[Any, str]]:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"config file {path}: {exc.strerror or exc}"]) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"config file {path}: not valid YAML ({exc})"]) from exc
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise ConfigError([f"config file {path}: the top level must be a mapping of sections"])
+    values: dict[str, tuple[Any, str]] = {}
+    errors: list[str] = []
+    sections = sorted({option.key.split(".")[0] for option in OPTIONS})
+    for section, entries in document.items():
+        if not isinstance(entries, dict):
+            known = ", ".join(sections)
+            errors.append(f"{section}: expected a section (one of {known}) holding keys")
+            continue
+        for name, value in entries.items():
+            option = OPTIONS_BY_KEY.get(f"{section}.{name}")
+            if option is None:
+                errors.append(f"{section}.{name}: unknown config key")
+                continue
+            values[option.field] = (value, str(path))
+    if errors:
+        raise ConfigError(errors)
+    return values
+
+
+def _error_line(error: Mapping[str, Any], origins: Mapping[str, str]) -> str:
+    """`auto_compact.token_threshold: Input should be greater than 0 (from XUN_...)`."""
+    loc = tuple(error["loc"])
+    if not loc:
+        return f"config: {error['msg']}"
+    field = str(loc[0])
+    option = OPTIONS_BY_FIELD.get(field)
+    label = option.key if option is not None else field
+    for part in loc[1:]:
+        label += f"[{part}]" if isinstance(part, int) else f".{part}"
+    origin = origins.get(field)
+    return f"{label}: {error['msg']}" + (f" (from {origin})" if origin else "")
+
+
+def load_settings(
+    cli_overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Merge defaults < config file < environment < flags and validate.
+
+    `cli_overrides` maps field names to values (None means "flag not given"). `env` defaults
+    to `os.environ`. Raises `ConfigError` naming every bad key.
+    """
+    env = os.environ if env is None else env
+    flags = {name: value for name, value in (cli_overrides or {}).items() if value is not None}
+    unknown = sorted(set(flags) - set(Settings.model_fields))
+    if unknown:
+        raise ConfigError(f"{name}: unknown setting" for name in unknown)
+
+    config_file = flags.get("config_file") or env.get(CONFIG_ENV) or None
+    merged: dict[str, tuple[Any, str]] = {}
+    if config_file is not None:
+        merged.update(_file_values(Path(config_file)))
+    merged.update(_env_values(env))
+    for name, value in flags.items():
+        option = OPTIONS_BY_FIELD.get(name)
+        merged[name] = (value, option.flag if option and option.flag else f"--{name}")
+
+    values = {name: value for name, (value, _) in merged.items()}
+    values.setdefault("store_url", default_store_url(env))
+    if config_file is not None:
+        values["config_file"] = Path(config_file)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        origins = {name: origin for name, (_, origin) in merged.items()}
+        lines = [_error_line(error, origins) for error in exc.errors()]
+        raise ConfigError(lines) from exc

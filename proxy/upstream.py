@@ -1,0 +1,228 @@
+"""The upstream API: one shared `httpx.AsyncClient`, header rules, and error mapping at the edge.
+
+The upstream URL comes only from `Settings.upstream_base_url`. A request path is appended to the
+configured base path as an opaque string, so a path such as `//evil.com/x` or `http://evil.com`
+still reaches the configured host (no SSRF through the request).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from proxy.errors import (
+    InvalidRequest,
+    ServiceUnavailable,
+    UpstreamInvalidResponse,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+from proxy.settings import Settings
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Request headers the proxy sets itself rather than copying from the client.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect"}
+# Response headers the serving side sets itself; content-length goes because bodies are
+# re-framed (chunked) on the way out.
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
+_DOT_SEGMENT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
+
+Content = bytes | AsyncIterable[bytes] | None
+Params = str | bytes | Mapping[str, str] | None
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Header names listed in `Connection:` are hop-by-hop for this message too."""
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(part.strip().lower() for part in value.split(",") if part.strip())
+    return tokens
+
+
+class Upstream:
+    """Owns the shared client. Create it in the app lifespan and `aclose()` it on shutdown."""
+
+    def __init__(
+        self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.base_url = httpx.URL(settings.upstream_base_url)
+        self._api_key = settings.upstream_api_key_value
+        self.client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(
+                connect=settings.connect_timeout,
+                read=settings.read_timeout,
+                write=settings.write_timeout,
+                pool=settings.pool_timeout,
+            ),
+            limits=httpx.Limits(
+                max_connections=settings.max_upstream_connections,
+                max_keepalive_connections=settings.max_upstream_connections,
+            ),
+            transport=transport,
+            follow_redirects=False,
+            # Proxy env variables and .netrc must not redirect or decorate upstream calls.
+            trust_env=False,
+        )
+
+    def url(self, path: str, params: Params = None) -> httpx.URL:
+        """The configured base URL with `path` (raw, already percent-encoded) appended."""
+        path = path.split("?", 1)[0].split("#", 1)[0]
+        if _DOT_SEGMENT.search(path):
+            raise InvalidRequest("Path segments '.' and '..' are not allowed.", code="invalid_path")
+        raw_path = self.base_url.raw_path.split(b"?", 1)[0].rstrip(b"/")
+        # Quote what is not already URL-safe; existing %-escapes pass through unchanged.
+        tail = quote(path.lstrip("/"), safe="/%:@!$&'()*+,;=-._~")
+        url = self.base_url.copy_with(raw_path=raw_path + b"/" + tail.encode("ascii"))
+        if isinstance(params, str):
+            params = params.encode("latin-1")
+        if isinstance(params, bytes):
+            return url.copy_with(query=params) if params else url
+        if params:
+            return url.copy_merge_params(params)
+        return url
+
+    def forward_headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
+        """The request headers to send upstream, lower-cased, end-to-end ones only."""
+        items = list(incoming.items())
+        drop = _REQUEST_DROP | _connection_tokens(items)
+        headers: dict[str, str] = {}
+        for name, value in items:
+            lowered = name.lower()
+            if lowered in drop or lowered.startswith(("proxy-", "x-xun-")):
+                continue
+            headers[lowered] = value
+        # Responses stay uncompressed end to end, so the proxy can read what it must.
+        headers["accept-encoding"] = "identity"
+        if self._api_key is not None:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    @staticmethod
+    def response_headers(
+        upstream_headers: httpx.Headers | Mapping[str, str], *, raw: bool = False
+    ) -> list[tuple[str, str]]:
+        """The upstream response headers to pass back to the client.
+
+        `raw=True` when the body is relayed as the upstream's raw bytes: `content-encoding`
+        then stays; otherwise the body was decoded or rebuilt and the header goes.
+        """
+        if isinstance(upstream_headers, httpx.Headers):
+            items = upstream_headers.multi_items()
+        else:
+            items = list(upstream_headers.items())
+        drop = _RESPONSE_DROP | _connection_tokens(items)
+        if not raw:
+            drop = drop | {"content-encoding"}
+        return [(name.lower(), value) for name, value in items if name.lower() not in drop]
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        content: Content = None,
+        params: Params = None,
+        read_timeout: float | None = None,
+    ) -> httpx.Response:
+        """Send a request upstream and return the response with its body still unread.
+
+        The caller must `aclose()` the response. Transport failures become `UpstreamError`s.
+        `read_timeout` overrides the configured first-byte/idle read timeout for this call.
+        """
+        request = self.client.build_request(
+            method,
+            self.url(path, params),
+            headers=headers,
+            content=content,
+            timeout=self._timeout(read_timeout),
+        )
+        try:
+            return await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from exc
+
+    async def post_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        *,
+        read_timeout: float | None = None,
+    ) -> tuple[int, dict[str, Any], httpx.Headers]:
+        """POST a JSON body and read a JSON object back (used for the proxy's own calls).
+
+        Error statuses are returned, not raised; a body that is not a JSON object is an
+        `UpstreamInvalidResponse`.
+        """
+        headers = {**headers, "content-type": "application/json"}
+        response = await self.send(
+            "POST", path, headers=headers, content=orjson.dumps(body), read_timeout=read_timeout
+        )
+        try:
+            data = await response.aread()
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from exc
+        finally:
+            await response.aclose()
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamInvalidResponse(
+                f"The upstream API answered {response.status_code} with a body that is not JSON."
+            ) from exc
+        if not isinstance(parsed, dict):
+            raise UpstreamInvalidResponse(
+                f"The upstream API answered {response.status_code} with JSON that is not an object."
+            )
+        return response.status_code, parsed, response.headers
+
+    def _timeout(self, read_timeout: float | None) -> httpx.Timeout:
+        base = self.client.timeout
+        if read_timeout is None:
+            return base
+        return httpx.Timeout(
+            connect=base.connect, read=read_timeout, write=base.write, pool=base.pool
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def map_transport_error(exc: httpx.HTTPError) -> Exception:
+    """Translate an httpx failure into the proxy's error tree (use with `raise ... from`)."""
+    if isinstance(exc, httpx.PoolTimeout):
+        return ServiceUnavailable(
+            "Too many concurrent upstream requests; try again shortly.",
+            code="upstream_pool_exhausted",
+            headers={"retry-after": "1"},
+        )
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamTimeout("Timed out connecting to the upstream API.")
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout()
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamUnreachable()
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return UpstreamUnreachable("The upstream API closed the connection.")
+    return UpstreamUnreachable()
