@@ -1,0 +1,122 @@
+"""The `extract_compacted_tool_result` tool the proxy injects and answers itself.
+
+Level 1 compaction replaces old tool results with placeholders; this tool lets the model get
+an original back. The proxy adds its definition to the upstream request, recognises calls to
+it in the model's reply, answers them from the client's own messages, and hides them from the
+client. Everything here is pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+EXTRACT_TOOL_NAME = "extract_compacted_tool_result"
+MAX_ID_LENGTH = 512
+
+TOOL_DEFINITION: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": EXTRACT_TOOL_NAME,
+        "description": (
+            "Return the full original output of an earlier tool call whose result was "
+            "compacted to save context. Call it only when a message reads '[Compacted, ID: ...]' "
+            "and you need that output again; pass the ID shown there."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "toolcall_id": {
+                    "type": "string",
+                    "description": "The ID shown in the '[Compacted, ID: ...]' placeholder.",
+                }
+            },
+            "required": ["toolcall_id"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def client_defines_tool(tools: Any) -> bool:
+    """True when the client already has a tool of ours' name: then we neither inject nor answer."""
+    if not isinstance(tools, list):
+        return False
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and fn.get("name") == EXTRACT_TOOL_NAME:
+            return True
+    return False
+
+
+def inject(tools: Any) -> list[Any]:
+    """The client's tools with ours appended last, so the client's prefix stays stable."""
+    base = list(tools) if isinstance(tools, list) else []
+    return [*base, TOOL_DEFINITION]
+
+
+def is_extract_call(call: Any) -> bool:
+    fn = call.get("function") if isinstance(call, dict) else None
+    return isinstance(fn, dict) and fn.get("name") == EXTRACT_TOOL_NAME
+
+
+def split_calls(calls: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the client's own calls, the extract calls) of an assistant message's tool_calls."""
+    own: list[dict[str, Any]] = []
+    extract: list[dict[str, Any]] = []
+    for call in calls if isinstance(calls, list) else []:
+        (extract if is_extract_call(call) else own).append(call)
+    return own, extract
+
+
+def content_text(content: Any) -> str:
+    """A tool result's content as text (list content joins its text parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                parts.append(str(part.get("text") or ""))
+            else:
+                parts.append(str(part))
+        return "".join(parts)
+    if content is None:
+        return ""
+    return orjson.dumps(content).decode()
+
+
+def _requested_id(arguments: Any) -> str | None:
+    try:
+        args = orjson.loads(arguments) if isinstance(arguments, str | bytes) else arguments
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    value = args.get("toolcall_id", args.get("tool_call_id", args.get("id")))
+    return value if isinstance(value, str) else None
+
+
+def _shown(value: str) -> str:
+    """An id quoted back safely: bounded, no control characters."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in value[:80])
+    return clean + ("..." if len(value) > 80 else "")
+
+
+def answer(call: Mapping[str, Any], originals: Mapping[str, Any]) -> str:
+    """The tool result text for one extract call: the original, or a clear error."""
+    fn = call.get("function")
+    requested = _requested_id(fn.get("arguments") if isinstance(fn, dict) else None)
+    if requested is None:
+        return (
+            "[Error] extract_compacted_tool_result needs a JSON argument "
+            '{"toolcall_id": "<ID from the placeholder>"}.'
+        )
+    if len(requested) <= MAX_ID_LENGTH and requested in originals:
+        return content_text(originals[requested])
+    return (
+        f"[Error] No compacted tool result has ID '{_shown(requested)}'. Use an ID exactly as "
+        "shown in a '[Compacted, ID: ...]' placeholder, or re-run the tool."
+    )

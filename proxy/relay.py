@@ -1,0 +1,161 @@
+"""Turning the upstream's replies into what the client sees, hiding the proxy's own tool.
+
+The model may call `extract_compacted_tool_result`, which the proxy answers itself. These
+functions strip such calls from a non-streaming completion or from streamed chunks (tool-call
+deltas renumbered from index 0 among the client's own calls), and tell whether a round ended
+in extract calls only, so the proxy must answer them and ask upstream again. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
+from proxy.sse import ChunkAccumulator
+
+
+def usage_sum(usages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Usage of several upstream rounds as one: token counts added, the rest from the last."""
+    usages = [u for u in usages if isinstance(u, dict)]
+    if not usages:
+        return None
+    if len(usages) == 1:
+        return usages[0]
+    total = copy.deepcopy(usages[-1])
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        total[name] = sum(int(u.get(name) or 0) for u in usages)
+    return total
+
+
+def visible_message(message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the message without extract calls, the extract calls removed)."""
+    own, extract = split_calls(message.get("tool_calls"))
+    if not extract:
+        return message, []
+    shown = dict(message)
+    if own:
+        shown["tool_calls"] = own
+    else:
+        shown.pop("tool_calls", None)
+    return shown, extract
+
+
+@dataclass
+class _Slot:
+    call_id: str | None
+    extract: bool
+    client_index: int | None
+
+
+@dataclass
+class StreamRound:
+    """Filters the chunks of one streamed upstream round; accumulates the full message."""
+
+    chunk_id: str | None = None
+    first_round: bool = True
+    keep_usage_field: bool = False
+    accumulator: ChunkAccumulator = field(default_factory=ChunkAccumulator)
+    _slots: dict[int, _Slot] = field(default_factory=dict)
+    _last_index: int | None = None
+    _visible_calls: int = 0
+    _extract_calls: int = 0
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+    @property
+    def only_extract(self) -> bool:
+        """The round asked for extract results and nothing the client must see."""
+        return (
+            self.finish_reason == "tool_calls"
+            and self._extract_calls > 0
+            and (self._visible_calls == 0)
+        )
+
+    def _slot(self, delta: dict[str, Any]) -> _Slot:
+        index = delta.get("index")
+        call_id = delta.get("id")
+        if not isinstance(index, int):
+            # Some servers omit the index: match by id, else continue the last call.
+            match = next(
+                (i for i, s in self._slots.items() if call_id and s.call_id == call_id), None
+            )
+            index = match if match is not None else self._last_index
+            if index is None or (call_id and self._slots[index].call_id not in (None, call_id)):
+                index = max(self._slots, default=-1) + 1
+        slot = self._slots.get(index)
+        if slot is not None and call_id and slot.call_id not in (None, call_id):
+            # Parallel calls reusing index 0 with new ids: a new call, not a continuation.
+            self._slots[1000 + len(self._slots)] = slot
+            slot = None
+        if slot is None:
+            fn = delta.get("function") or {}
+            extract = fn.get("name") == EXTRACT_TOOL_NAME
+            client_index = None
+            if not extract:
+                client_index = self._visible_calls
+                self._visible_calls += 1
+            else:
+                self._extract_calls += 1
+            slot = self._slots[index] = _Slot(call_id, extract, client_index)
+        elif call_id and slot.call_id is None:
+            slot.call_id = call_id
+        self._last_index = index
+        return slot
+
+    def feed(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        """The chunk to send the client, or None when nothing of it is for the client."""
+        self.accumulator.add(chunk)
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        if self.chunk_id is None:
+            self.chunk_id = chunk.get("id")
+        choices = chunk.get("choices")
+        if not choices:
+            return None  # the usage-only chunk: the caller sends one at the very end
+        out = dict(chunk)
+        if self.chunk_id:
+            out["id"] = self.chunk_id
+        if not self.keep_usage_field:
+            out.pop("usage", None)
+        new_choices = []
+        for choice in choices:
+            kept = self._filter_choice(choice)
+            if kept is not None:
+                new_choices.append(kept)
+        if not new_choices:
+            return None
+        out["choices"] = new_choices
+        return out
+
+    def _filter_choice(self, choice: dict[str, Any]) -> dict[str, Any] | None:
+        choice = dict(choice)
+        delta = dict(choice.get("delta") or {})
+        if "tool_calls" in delta:
+            calls = []
+            for tc in delta.get("tool_calls") or []:
+                slot = self._slot(tc)
+                if slot.extract:
+                    continue
+                calls.append({**tc, "index": slot.client_index})
+            if calls:
+                delta["tool_calls"] = calls
+            else:
+                delta.pop("tool_calls")
+        if not self.first_round:
+            delta.pop("role", None)
+        finish = choice.get("finish_reason")
+        if finish is not None:
+            self.finish_reason = finish
+            if self.only_extract:
+                return None
+        choice["delta"] = delta
+        has_payload = any(v not in (None, "", [], {}) for v in delta.values())
+        if not has_payload and finish is None and not ("role" in delta):
+            if not (choice.get("logprobs")):
+                return None
+        return choice
+
+    def message(self) -> dict[str, Any]:
+        return self.accumulator.message()

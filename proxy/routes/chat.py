@@ -1,0 +1,431 @@
+"""POST /v1/chat/completions: the compacting path (with a session header) and its fallbacks.
+
+Orchestration only: the session state, rebuild and compaction live in `proxy.turn` and the
+pure core, the extract-tool filtering in `proxy.relay`, the HTTP plumbing in
+`proxy.upstream`. Requests without a session header go through `proxy.routes.forward`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.compact import CompactorAbstract
+from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamError
+from proxy.extract_tool import answer
+from proxy.relay import StreamRound, usage_sum, visible_message
+from proxy.routes.forward import forward
+from proxy.session import add_hidden, record_turn
+from proxy.sse import DONE, SSEDecoder, encode_data
+from proxy.store.base import SessionKey
+from proxy.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.turn import Turn, learned_window, tenant_of
+from proxy.upstream import Upstream
+
+log = logging.getLogger("xun.chat")
+
+CHAT_PATH = "/chat/completions"
+MAX_SESSION_ID_CHARS = 16384
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body exceeds the proxy's limit of {limit} bytes.")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body exceeds the proxy's limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def session_id_of(request: Request, names: list[str]) -> str | None:
+    for name in names:
+        value = request.headers.get(name)
+        if value:
+            return value
+    return None
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: {exc.msg}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if not isinstance(body.get("messages"), list):
+        raise InvalidRequest(
+            "'messages' must be a list of messages.", param="messages", code="invalid_type"
+        )
+    return body
+
+
+class ChatHandler:
+    """One compacting chat request, from the parsed body to the response."""
+
+    def __init__(self, request: Request, body: dict[str, Any], session_id: str) -> None:
+        app_state = request.app.state
+        self.request = request
+        self.settings = app_state.settings
+        self.upstream: Upstream = app_state.upstream
+        self.compactor: CompactorAbstract = app_state.compactor
+        self.metrics = getattr(app_state, "metrics", None)
+        self.client_body = body
+        self.stream = bool(body.get("stream"))
+        self.wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.headers = self.upstream.forward_headers(request.headers)
+        self.headers["content-type"] = "application/json"
+        key = SessionKey(tenant=tenant_of(request.headers.get("authorization")), session=session_id)
+        self.turn = Turn(key=key, store=app_state.store, body=body)
+        self.upstream_ms = 0.0
+        self.request_id = request.headers.get("x-request-id") or f"req_{uuid.uuid4().hex}"
+        self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
+        request.state.log_fields = self.log_fields
+
+    # -- preparation --------------------------------------------------------------------
+    def threshold(self) -> int:
+        value = self.request.headers.get("x-xun-token-threshold", "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+        return int(self.settings.token_threshold)
+
+    def compaction_enabled(self) -> bool:
+        if self.request.headers.get("x-xun-compact", "").lower() == "off":
+            return False
+        return bool(self.settings.auto_compact_enabled)
+
+    async def post_summary(self, body: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            status, data, _ = await self.upstream.post_json(CHAT_PATH, body, self.headers)
+        finally:
+            self.upstream_ms += (time.perf_counter() - started) * 1000
+        if status == 200 and isinstance(data, dict):
+            return data
+        if is_context_length_error(status, data):
+            raise ContextLengthExceeded(str(status))
+        raise UpstreamError(f"summary request failed with status {status}")
+
+    async def prepare(
+        self, *, force_tokens: int | None = None, threshold: int | None = None
+    ) -> None:
+        if force_tokens is None:
+            await self.turn.load()
+        if self.compaction_enabled():
+            await self.turn.compact(
+                self.compactor,
+                threshold=threshold or self.threshold(),
+                post=self.post_summary,
+                summary_model=self.settings.summary_model,
+                force_tokens=force_tokens,
+            )
+            if self.turn.compaction in ("toolcall", "summary"):
+                await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def upstream_body(self) -> dict[str, Any]:
+        body = self.turn.upstream_body()
+        if self.stream:
+            body = dict(body)
+            options = dict(body.get("stream_options") or {})
+            options["include_usage"] = True
+            body["stream_options"] = options
+        return body
+
+    def response_headers(self) -> dict[str, str]:
+        return {
+            "x-xun-session": self.turn.key.id,
+            "x-xun-compaction": self.turn.compaction if self.turn.rb else "none",
+            "x-request-id": self.request_id,
+        }
+
+    async def reactive(self, error_body: Any) -> bool:
+        """After a context-length refusal: compact harder once; True when worth a retry."""
+        if self.turn.rb is None or not self.compaction_enabled() or self.turn.degraded:
+            return False
+        window = learned_window(error_body)
+        threshold = self.threshold()
+        if window:
+            threshold = min(threshold, int(window * 0.75))
+        before = self.turn.rb.conversation.estimated_message_length()
+        await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold)
+        return self.turn.rb.conversation.estimated_message_length() < before
+
+    # -- upstream calls -----------------------------------------------------------------
+    async def open(self, body: dict[str, Any]) -> httpx.Response:
+        started = time.perf_counter()
+        try:
+            return await self.upstream.send(
+                "POST", CHAT_PATH, headers=self.headers, content=orjson.dumps(body)
+            )
+        finally:
+            self.upstream_ms += (time.perf_counter() - started) * 1000
+
+    async def open_checked(
+        self, body: dict[str, Any]
+    ) -> tuple[httpx.Response | None, Response | None]:
+        """Open a round; on an error answer, try reactive compaction once, else relay the error."""
+        for attempt in range(2):
+            resp = await self.open(body)
+            if resp.status_code == 200:
+                return resp, None
+            raw = await resp.aread()
+            await resp.aclose()
+            try:
+                data: Any = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = None
+            if (
+                attempt == 0
+                and is_context_length_error(resp.status_code, data)
+                and await self.reactive(data)
+            ):
+                body = self.upstream_body()
+                continue
+            headers = dict(self.upstream.response_headers(resp.headers))
+            headers.update(self.response_headers())
+            return None, Response(raw, status_code=resp.status_code, headers=headers)
+        raise AssertionError("unreachable")
+
+    def extract_results(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        originals = self.turn.rb.originals if self.turn.rb else {}
+        return [
+            {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
+            for c in calls
+        ]
+
+    def rounds_left(self, done: int) -> bool:
+        return self.turn.injected and done < int(self.settings.max_extract_rounds)
+
+    # -- non-streaming ------------------------------------------------------------------
+    async def complete(self) -> Response:
+        body = self.upstream_body()
+        usages: list[dict[str, Any]] = []
+        rounds = 0
+        while True:
+            resp, error = await self.open_checked(body)
+            if error is not None:
+                await self.finish(None)
+                return error
+            assert resp is not None
+            raw = await resp.aread()
+            await resp.aclose()
+            try:
+                completion = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                await self.finish(None)
+                return Response(raw, status_code=resp.status_code, headers=self.response_headers())
+            usages.append(completion.get("usage") or {})
+            choice = (completion.get("choices") or [{}])[0]
+            message = choice.get("message") or {}
+            shown, extract = visible_message(message)
+            if extract and self.turn.injected:
+                results = self.extract_results(extract)
+                if shown.get("tool_calls") is None and self.rounds_left(rounds):
+                    rounds += 1
+                    body = dict(body)
+                    body["messages"] = [*body["messages"], message, *results]
+                    continue
+                if shown.get("tool_calls"):
+                    self.hide(shown["tool_calls"], extract, results)
+                elif choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+                choice["message"] = shown
+            break
+        total = usage_sum(usages)
+        if total is not None:
+            completion["usage"] = total
+        await self.finish(usages[-1])
+        headers = self.response_headers()
+        return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
+
+    def hide(
+        self,
+        own: list[dict[str, Any]],
+        extract: list[dict[str, Any]],
+        results: list[dict[str, Any]],
+    ) -> None:
+        if self.turn.rb is not None:
+            add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
+
+    async def finish(self, usage: dict[str, Any] | None) -> None:
+        """Record the turn's usage and save the state."""
+        rb = self.turn.rb
+        if rb is None:
+            return
+        if usage:
+            details = usage.get("prompt_tokens_details") or {}
+            record_turn(
+                rb,
+                total_tokens=usage.get("total_tokens"),
+                prompt_tokens=usage.get("prompt_tokens"),
+                cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
+                compaction=self.turn.compaction,
+            )
+        await self.turn.save()
+        self.log_fields.update(
+            session=self.turn.key.id[:12],
+            tenant=self.turn.key.tenant[:8],
+            model=self.client_body.get("model"),
+            upstream_ms=round(self.upstream_ms, 2),
+            compaction=self.turn.compaction,
+        )
+
+    # -- streaming ----------------------------------------------------------------------
+    async def start_stream(self) -> Response:
+        body = self.upstream_body()
+        resp, error = await self.open_checked(body)
+        if error is not None:
+            await self.finish(None)
+            return error
+        assert resp is not None
+        headers = {**SSE_HEADERS, **self.response_headers()}
+        return StreamingResponse(
+            self.relay(resp, body),
+            media_type="text/event-stream",
+            headers=headers,
+            background=BackgroundTask(resp.aclose),
+        )
+
+    async def relay(self, resp: httpx.Response, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        usages: list[dict[str, Any]] = []
+        rounds = 0
+        chunk_id: str | None = None
+        last_chunk: dict[str, Any] | None = None
+        try:
+            while True:
+                rnd = StreamRound(
+                    chunk_id=chunk_id, first_round=rounds == 0, keep_usage_field=self.wants_usage
+                )
+                async for out in self.relay_round(resp, rnd):
+                    yield out
+                await resp.aclose()
+                chunk_id = rnd.chunk_id
+                if rnd.usage:
+                    usages.append(rnd.usage)
+                last_chunk = rnd.accumulator.to_completion()
+                message = rnd.message()
+                _, extract = visible_message(message)
+                if extract and self.turn.injected:
+                    results = self.extract_results(extract)
+                    if rnd.only_extract and self.rounds_left(rounds):
+                        rounds += 1
+                        body = dict(body)
+                        body["messages"] = [*body["messages"], message, *results]
+                        next_resp, error = await self.open_checked(body)
+                        if error is not None:
+                            yield self.error_event(error.status_code, error.body)
+                            return
+                        assert next_resp is not None
+                        resp = next_resp
+                        continue
+                    own = [c for c in message.get("tool_calls") or [] if c not in extract]
+                    if own:
+                        self.hide(own, extract, results)
+                break
+            total = usage_sum(usages)
+            if self.wants_usage and total is not None and last_chunk is not None:
+                yield encode_data(
+                    orjson.dumps(
+                        {
+                            "id": chunk_id,
+                            "object": "chat.completion.chunk",
+                            "created": last_chunk.get("created"),
+                            "model": last_chunk.get("model"),
+                            "system_fingerprint": last_chunk.get("system_fingerprint"),
+                            "choices": [],
+                            "usage": total,
+                        }
+                    )
+                )
+            yield DONE
+            await self.finish(usages[-1] if usages else None)
+        except (httpx.HTTPError, UpstreamError) as exc:
+            log.warning("upstream failed mid-stream: %s", type(exc).__name__)
+            yield self.error_event(502, None, str(type(exc).__name__))
+        finally:
+            await resp.aclose()
+
+    async def relay_round(self, resp: httpx.Response, rnd: StreamRound) -> AsyncIterator[bytes]:
+        decoder = SSEDecoder()
+        async for raw in resp.aiter_raw():
+            for event in decoder.feed(raw):
+                out = self.relay_event(event.data, event.raw, rnd)
+                if out:
+                    yield out
+        for event in decoder.flush():
+            out = self.relay_event(event.data, event.raw, rnd)
+            if out:
+                yield out
+
+    def relay_event(self, data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
+        if data is None:
+            return raw  # comments and keep-alives pass through
+        if data.strip() == "[DONE]":
+            return None  # sent once, at the very end
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return raw  # not ours to judge
+        if not isinstance(chunk, dict) or "error" in chunk:
+            return raw
+        out = rnd.feed(chunk)
+        return encode_data(orjson.dumps(out)) if out is not None else None
+
+    @staticmethod
+    def error_event(status: int, body: Any, detail: str | None = None) -> bytes:
+        if isinstance(body, bytes | memoryview):
+            try:
+                data = orjson.loads(bytes(body))
+                if isinstance(data, dict) and "error" in data:
+                    return encode_data(orjson.dumps(data))
+            except orjson.JSONDecodeError:
+                pass
+        message = "The upstream connection failed during the stream"
+        if detail:
+            message += f" ({detail})"
+        payload = {
+            "error": {
+                "message": message,
+                "type": "server_error",
+                "param": None,
+                "code": "upstream_stream_error",
+            }
+        }
+        return encode_data(orjson.dumps(payload))
+
+
+async def chat_completions(request: Request) -> Response:
+    settings = request.app.state.settings
+    raw = await read_body(request, int(settings.max_body_bytes))
+    session_id = session_id_of(request, list(settings.session_headers))
+    if session_id is None:
+        return await forward(request, body=raw)
+    if len(session_id) > MAX_SESSION_ID_CHARS:
+        raise InvalidRequest("The session header is too long.", code="invalid_session_id")
+    body = parse_body(raw)
+    handler = ChatHandler(request, body, session_id)
+    try:
+        await handler.prepare()
+    except Exception:  # compaction or store trouble never fails the request
+        log.exception("preparing the session failed, sending uncompacted")
+        handler.turn.rb = None
+        handler.turn.degraded = "prepare_failed"
+    if handler.stream:
+        return await handler.start_stream()
+    return await handler.complete()

@@ -1,0 +1,370 @@
+"""Per-session compaction state, and rebuilding a `Conversation` from a client's request.
+
+Chat completions is stateless: every request carries the whole history, so the proxy keeps
+only what it decided (reclaimed ids, the summary and the cut it replaces, hidden extract
+calls, the last usage) and re-applies it to each incoming request. The client stays the
+source of truth: originals of reclaimed results are read back from its own messages.
+Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.conversation import Conversation
+from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
+from proxy.extract_tool import content_text, split_calls
+from proxy.fingerprint import PrefixChain
+
+STATE_VERSION = 1
+SYSTEM_ROLES = frozenset({"system", "developer"})
+KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
+MAX_TURNS_KEPT = 1000
+HIDDEN_KEY_PREFIX = "xun-extract:"
+
+
+class UnrecognisedHistory(ValueError):
+    """The messages are not a history the proxy can reason about; send them on unchanged."""
+
+
+@dataclass
+class HiddenExtract:
+    """Extract calls the model mixed with the client's own calls in one assistant message.
+
+    The client never saw them; they are re-inserted into that message (and their results
+    before the client's results) on every later rebuild.
+    """
+
+    anchor: int
+    visible_ids: list[str]
+    calls: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+@dataclass
+class SessionState:
+    prefix_len: int = 0
+    prefix_hash: str | None = None
+    prefix_chars: int = 0
+    summary: str | None = None
+    cut: int = 0
+    cut_hash: str | None = None
+    moved_user: int | None = None
+    reclaimed: list[str] = field(default_factory=list)
+    total_tokens: int | None = None
+    summary_rounds: int = 0
+    toolcall_rounds: int = 0
+    toolcall_reclaimed: int = 0
+    hidden: list[HiddenExtract] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    last_compaction: dict[str, Any] | None = None
+    resets: int = 0
+
+    @property
+    def compacted(self) -> bool:
+        return bool(self.summary) or bool(self.reclaimed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state_version": STATE_VERSION, **asdict(self)}
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        hidden = [HiddenExtract(**h) for h in known.pop("hidden", []) or []]
+        return cls(**known, hidden=hidden)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SessionState:
+        return cls.from_dict(orjson.loads(data))
+
+    def meta(self, message_count: int) -> dict[str, Any]:
+        """The small summary a store keeps beside the state, for listing sessions."""
+        return {
+            "messages": message_count,
+            "total_tokens": self.total_tokens,
+            "summary_rounds": self.summary_rounds,
+            "toolcall_rounds": self.toolcall_rounds,
+            "reclaimed": len(self.reclaimed),
+            "has_summary": bool(self.summary),
+        }
+
+
+def validate(messages: Any) -> list[dict[str, Any]]:
+    """Check the history is one the proxy understands; raise UnrecognisedHistory if not."""
+    if not isinstance(messages, list):
+        raise UnrecognisedHistory("messages is not a list")
+    open_calls: set[str] = set()
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or msg.get("role") not in KNOWN_ROLES:
+            raise UnrecognisedHistory(f"message {i} has no known role")
+        role = msg["role"]
+        if role == "assistant":
+            calls = msg.get("tool_calls")
+            if calls is not None and not isinstance(calls, list):
+                raise UnrecognisedHistory(f"message {i}: tool_calls is not a list")
+            open_calls = {c.get("id") for c in calls or [] if isinstance(c, dict)}
+        elif role == "tool":
+            if msg.get("tool_call_id") not in open_calls:
+                raise UnrecognisedHistory(f"message {i}: tool result without a matching call")
+        elif role != "function":
+            open_calls = set()
+    return messages
+
+
+def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Client index -> reclaim key of every tool message; repeated ids get `#2`, `#3`, ..."""
+    seen: dict[str, int] = {}
+    keys: dict[int, str] = {}
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "tool":
+            continue
+        call_id = str(msg.get("tool_call_id"))
+        seen[call_id] = seen.get(call_id, 0) + 1
+        keys[i] = call_id if seen[call_id] == 1 else f"{call_id}#{seen[call_id]}"
+    return keys
+
+
+def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
+    n = 0
+    while n < len(messages) and messages[n].get("role") in SYSTEM_ROLES:
+        n += 1
+    return n
+
+
+def estimate_chars(messages: Sequence[Any]) -> int:
+    """Characters the model reads in these messages (content, tool-call arguments, reasoning)."""
+    total = 0
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        total += len(content_text(msg.get("content")))
+        for fld in ("reasoning", "reasoning_content"):
+            if isinstance(msg.get(fld), str):
+                total += len(msg[fld])
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                total += len(str(fn.get("arguments") or "")) + len(str(fn.get("name") or ""))
+    return total
+
+
+def estimate_tokens(messages: Sequence[Any]) -> int:
+    return (estimate_chars(messages) + 3) // 4 + 4 * len(messages)
+
+
+@dataclass
+class Rebuild:
+    """A client's request rebuilt into a Conversation under a session's state."""
+
+    messages: list[dict[str, Any]]
+    state: SessionState
+    conversation: Conversation
+    chain: PrefixChain
+    keys: dict[int, str]
+    origin: dict[int, int]
+    originals: dict[str, Any]
+    system_count: int
+    new_from: int
+    reset_reason: str | None = None
+
+    def upstream_messages(self) -> list[dict[str, Any]]:
+        """The message list to send upstream."""
+        params = self.conversation.completion_params()
+        if self.state.summary:
+            return params
+        # Without a summary the client's system messages go up verbatim (list content,
+        # developer role and several system messages all stay exactly as sent).
+        rest = [
+            p
+            for m, p in zip(self.conversation.messages, params, strict=True)
+            if not isinstance(m, SystemPrompt)
+        ]
+        return [*self.messages[: self.system_count], *rest]
+
+    def projected_tokens(self) -> int:
+        """The previous usage plus an estimate of what the client added since then."""
+        new = estimate_tokens(self.messages[self.new_from :])
+        if self.state.total_tokens is None:
+            return estimate_tokens(self.messages)
+        return self.state.total_tokens + new
+
+
+def _reconcile(
+    messages: list[dict[str, Any]], chain: PrefixChain, state: SessionState | None, keys: set[str]
+) -> tuple[SessionState, int, str | None]:
+    if state is None:
+        return SessionState(), 0, None
+    if chain.matches(state.prefix_len, state.prefix_hash):
+        return state, state.prefix_len, None
+    # The client edited, retried, branched or truncated. Keep what still holds.
+    keep_summary = bool(state.summary) and chain.matches(state.cut, state.cut_hash)
+    fresh = SessionState(resets=state.resets + 1, turns=state.turns)
+    if keep_summary:
+        fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
+        fresh.moved_user = state.moved_user
+        fresh.summary_rounds = state.summary_rounds
+    fresh.reclaimed = [k for k in state.reclaimed if k in keys]
+    fresh.toolcall_reclaimed = state.toolcall_reclaimed
+    fresh.hidden = list(state.hidden)
+    if state.total_tokens is not None and state.prefix_chars > 0:
+        ratio = estimate_chars(messages) / state.prefix_chars
+        fresh.total_tokens = int(state.total_tokens * ratio)
+    reason = "diverged_after_summary" if keep_summary else "diverged"
+    return fresh, len(messages), reason
+
+
+def _hidden_by_anchor(
+    messages: Sequence[Mapping[str, Any]], hidden: list[HiddenExtract], start: int
+) -> dict[int, HiddenExtract]:
+    found: dict[int, HiddenExtract] = {}
+    for h in hidden:
+        if h.anchor < start or h.anchor >= len(messages):
+            continue
+        msg = messages[h.anchor]
+        own, _ = split_calls(msg.get("tool_calls"))
+        if msg.get("role") == "assistant" and [c.get("id") for c in own] == h.visible_ids:
+            found[h.anchor] = h
+    return found
+
+
+def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
+    """Rebuild the Conversation the upstream should see for this request."""
+    messages = validate(messages)
+    chain = PrefixChain(messages)
+    keys = reclaim_keys(messages)
+    state, new_from, reason = _reconcile(messages, chain, state, set(keys.values()))
+    system_count = leading_system_count(messages)
+    if state.cut < system_count or state.cut > len(messages):
+        state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
+
+    conv = Conversation()
+    if state.summary:
+        conv.set_system_message_content(state.summary, is_compressed=True)
+    for i in range(system_count):
+        conv.set_persistent_section(f"client_system_{i}", content_text(messages[i].get("content")))
+    origin: dict[int, int] = {}
+    originals: dict[str, Any] = {keys[i]: messages[i].get("content") for i in keys}
+
+    start = state.cut if state.summary else system_count
+    order = list(range(start, len(messages)))
+    if state.summary and state.moved_user is not None and state.moved_user < start:
+        order.insert(0, state.moved_user)
+    hidden = _hidden_by_anchor(messages, state.hidden, start)
+    state.hidden = list(hidden.values())
+    for i in order:
+        raw = dict(messages[i])
+        extra = hidden.get(i)
+        if extra is not None:
+            raw["tool_calls"] = [*raw.get("tool_calls", []), *extra.calls]
+        msg = RawOpenAIMessage(raw, key=keys.get(i))
+        conv.append(msg)
+        origin[id(msg)] = i
+        for result in extra.results if extra else []:
+            key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
+            hidden_msg = RawOpenAIMessage(dict(result), key=key)
+            conv.append(hidden_msg)
+            origin[id(hidden_msg)] = i
+            originals[key] = result.get("content")
+
+    present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
+    conv.reclaim([k for k in state.reclaimed if k in present])
+    conv.total_tokens = state.total_tokens
+    conv.compaction_counter.summary_rounds = state.summary_rounds
+    conv.compaction_counter.toolcall_rounds = state.toolcall_rounds
+    conv.compaction_counter.toolcall_reclaimed = state.toolcall_reclaimed
+    return Rebuild(
+        messages=messages,
+        state=state,
+        conversation=conv,
+        chain=chain,
+        keys=keys,
+        origin=origin,
+        originals=originals,
+        system_count=system_count,
+        new_from=new_from,
+        reset_reason=reason,
+    )
+
+
+def apply_compaction(rb: Rebuild) -> None:
+    """Read what the compactor did to the conversation back into the session state."""
+    conv, state = rb.conversation, rb.state
+    system = (
+        conv.messages[0] if conv.messages and isinstance(conv.messages[0], SystemPrompt) else None
+    )
+    if system is not None and system.is_compressed and system.content != state.summary:
+        idx = [rb.origin[id(m)] for m in conv.messages if not isinstance(m, SystemPrompt)]
+        j = len(idx) - 1
+        while j > 0 and idx[j - 1] in (idx[j], idx[j] - 1):
+            j -= 1
+        state.summary = system.content
+        state.cut = idx[j] if idx else len(rb.messages)
+        state.moved_user = idx[j - 1] if j > 0 else None
+        state.cut_hash = rb.chain.prefix(state.cut)
+        state.hidden = [h for h in state.hidden if h.anchor >= state.cut]
+    # Keys of summarised results are kept too: if the client later edits history before the
+    # cut, the summary goes but those results can stay reclaimed.
+    known = set(rb.keys.values()) | {k for k in rb.originals if k.startswith(HIDDEN_KEY_PREFIX)}
+    merged = dict.fromkeys([*state.reclaimed, *conv.reclaimed_keys()])
+    state.reclaimed = [k for k in merged if k in known]
+    counter = conv.compaction_counter
+    state.summary_rounds = counter.summary_rounds
+    state.toolcall_rounds = counter.toolcall_rounds
+    state.toolcall_reclaimed = counter.toolcall_reclaimed
+
+
+def record_turn(
+    rb: Rebuild,
+    *,
+    total_tokens: int | None,
+    prompt_tokens: int | None = None,
+    cached_tokens: int | None = None,
+    compaction: str = "none",
+    now: float | None = None,
+) -> SessionState:
+    """Note that the upstream answered this request: the prefix covered and the usage."""
+    state = rb.state
+    state.prefix_len = len(rb.messages)
+    state.prefix_hash = rb.chain.prefix(len(rb.messages))
+    state.prefix_chars = estimate_chars(rb.messages)
+    if total_tokens is not None:
+        state.total_tokens = total_tokens
+    state.turns.append(
+        {
+            "at": time.time() if now is None else now,
+            "messages": len(rb.messages),
+            "total_tokens": total_tokens,
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": cached_tokens,
+            "compaction": compaction,
+        }
+    )
+    del state.turns[:-MAX_TURNS_KEPT]
+    return state
+
+
+def add_hidden(
+    state: SessionState,
+    anchor: int,
+    own_calls: list[dict[str, Any]],
+    extract_calls: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+) -> None:
+    """Remember extract calls hidden from an assistant message the client will echo back."""
+    state.hidden = [h for h in state.hidden if h.anchor != anchor]
+    state.hidden.append(
+        HiddenExtract(
+            anchor=anchor,
+            visible_ids=[str(c.get("id")) for c in own_calls],
+            calls=extract_calls,
+            results=results,
+        )
+    )

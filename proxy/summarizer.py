@@ -1,0 +1,141 @@
+"""The level-2 summariser: one upstream chat request per summary, split when it is too long.
+
+The summary request must itself fit the model's window. When upstream refuses it for length,
+the span is summarised in pieces, each piece carrying the summary of the ones before it, so
+the last piece's summary covers them all; a single message too long on its own is shortened
+(head and tail kept). The HTTP call is injected (`post`), so this module does no I/O itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.compact import SUMMARY_PROMPT
+from proxy.extract_tool import content_text
+
+SUMMARY_REQUEST = (
+    "Write the summary of the conversation above now, in the markdown sections described in "
+    "the system message. Output only the summary."
+)
+
+
+class ContextLengthExceeded(Exception):
+    """Upstream refused a request because the prompt does not fit the model's window."""
+
+
+PostFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+_LENGTH_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+    "input is too long",
+    "reduce the length",
+)
+
+
+def is_context_length_error(status: int, body: Any) -> bool:
+    """Whether an upstream error answer means 'the prompt is too long'."""
+    if status not in (400, 413, 422):
+        return False
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        if err.get("code") == "context_length_exceeded":
+            return True
+        text = str(err.get("message") or "").lower()
+    else:
+        text = str(body).lower()
+    return any(marker in text for marker in _LENGTH_MARKERS)
+
+
+def _split_point(span: list[dict[str, Any]]) -> int | None:
+    """An index near the middle where a piece may start (never at a tool result)."""
+    mid = len(span) // 2
+    candidates = sorted(range(1, len(span)), key=lambda i: abs(i - mid))
+    for i in candidates:
+        if span[i].get("role") != "tool":
+            return i
+    return None
+
+
+def _shrink(message: dict[str, Any], keep: int) -> dict[str, Any]:
+    text = content_text(message.get("content"))
+    if len(text) <= keep:
+        return message
+    half = keep // 2
+    omitted = len(text) - 2 * half
+    short = f"{text[:half]}\n[... {omitted} characters omitted ...]\n{text[-half:]}"
+    return {**message, "content": short}
+
+
+@dataclass
+class Summarizer:
+    """Callable handed to the compaction engine: messages in, summary text (or None) out."""
+
+    post: PostFn
+    model: str
+    tools: list[dict[str, Any]] | None = None
+    max_depth: int = 8
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    async def __call__(self, messages: list[dict[str, Any]]) -> str | None:
+        earlier: list[dict[str, Any]] = []
+        span = list(messages)
+        if span and span[0].get("role") == "system":
+            earlier, span = [span[0]], span[1:]
+        if not span:
+            return None
+        return await self._summarize(earlier, span, self.max_depth)
+
+    async def _summarize(
+        self, earlier: list[dict[str, Any]], span: list[dict[str, Any]], depth: int
+    ) -> str | None:
+        try:
+            return await self._call(earlier, span)
+        except ContextLengthExceeded:
+            if depth <= 0:
+                return None
+        cut = _split_point(span) if len(span) > 1 else None
+        if cut is None:
+            longest = max(len(content_text(m.get("content"))) for m in span)
+            if longest < 200:
+                return None
+            return await self._summarize(
+                earlier, [_shrink(m, longest // 2) for m in span], depth - 1
+            )
+        first = await self._summarize(earlier, span[:cut], depth - 1)
+        if first is None:
+            return None
+        carried = [{"role": "system", "content": f"Summary of the earlier part:\n\n{first}"}]
+        return await self._summarize(carried, span[cut:], depth - 1)
+
+    async def _call(self, earlier: list[dict[str, Any]], span: list[dict[str, Any]]) -> str | None:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": SUMMARY_PROMPT},
+                *earlier,
+                *span,
+                {"role": "user", "content": SUMMARY_REQUEST},
+            ],
+            "stream": False,
+        }
+        if self.tools:
+            body["tools"] = self.tools
+            body["tool_choice"] = "none"
+        self.calls += 1
+        reply = await self.post(body)
+        usage = reply.get("usage") or {}
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        choices = reply.get("choices") or []
+        message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+        text = content_text(message.get("content")) if isinstance(message, dict) else ""
+        return text.strip() or None

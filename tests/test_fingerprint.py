@@ -1,0 +1,86 @@
+"""Canonical message form: what must and must not change a session's fingerprint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.fingerprint import PrefixChain, canonical
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+
+
+@pytest.mark.parametrize(
+    ("sent", "echoed"),
+    [
+        # SDK model dumps carry null fields the client never set.
+        (
+            {"role": "assistant", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "hi",
+                "refusal": None,
+                "audio": None,
+                "annotations": [],
+                "function_call": None,
+                "tool_calls": None,
+            },
+        ),
+        (
+            {"role": "user", "content": "hi"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        ),
+        ({"content": "x", "role": "user"}, {"role": "user", "content": "x"}),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "assistant", "content": "", "tool_calls": [{**CALL, "index": 0}]},
+        ),
+        (
+            {"role": "assistant", "content": "a", "reasoning_content": "thinking"},
+            {"role": "assistant", "content": "a"},
+        ),
+    ],
+)
+def test_equal_forms(sent: dict[str, Any], echoed: dict[str, Any]) -> None:
+    assert canonical(sent) == canonical(echoed)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({"role": "user", "content": "hi"}, {"role": "user", "content": "hi!"}),
+        ({"role": "user", "content": "hi"}, {"role": "system", "content": "hi"}),
+        (
+            {"role": "tool", "tool_call_id": "a", "content": "x"},
+            {"role": "tool", "tool_call_id": "b", "content": "x"},
+        ),
+        (
+            {"role": "assistant", "tool_calls": [CALL]},
+            {
+                "role": "assistant",
+                "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "{}"}}],
+            },
+        ),
+        ({"role": "user", "content": "hi", "name": "ann"}, {"role": "user", "content": "hi"}),
+    ],
+)
+def test_different_forms(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert canonical(a) != canonical(b)
+
+
+def test_prefix_chain_is_stable_under_appends() -> None:
+    msgs = [{"role": "user", "content": str(i)} for i in range(10)]
+    short, long = PrefixChain(msgs[:6]), PrefixChain(msgs)
+    for n in range(7):
+        assert short.prefix(n) == long.prefix(n)
+    assert long.prefix(7) != long.prefix(6)
+    assert long.matches(6, short.prefix(6))
+    assert not long.matches(11, short.prefix(6))
+    assert not long.matches(6, None)
+    assert long.common_prefix(short.digests) == 6
+
+
+def test_prefix_of_different_lengths_differ_even_for_empty_messages() -> None:
+    chain = PrefixChain([{}, {}, {}])
+    assert len({chain.prefix(n) for n in range(4)}) == 4

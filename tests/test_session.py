@@ -1,0 +1,222 @@
+"""Session state: reconciling with the client's history, rebuilding, reading compaction back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.compact import placeholder_for
+from proxy.session import (
+    SessionState,
+    UnrecognisedHistory,
+    add_hidden,
+    apply_compaction,
+    estimate_tokens,
+    reclaim_keys,
+    rebuild,
+    record_turn,
+)
+
+
+def history(turns: int, size: int = 400, system: str | None = "sys") -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    msgs.append({"role": "user", "content": "start"})
+    for i in range(turns):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"{i}:" + "x" * size})
+    return msgs
+
+
+def compacted_state(msgs: list[dict[str, Any]], *, summary: bool = False) -> SessionState:
+    rb = rebuild(msgs, None)
+    rb.conversation.compact_toolcall(keep_max=4)
+    if summary:
+        rb.conversation.compact(lambda m: "SUM", keep_recent=7)
+    apply_compaction(rb)
+    return record_turn(rb, total_tokens=1000)
+
+
+def tool_contents(msgs: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in msgs if m["role"] == "tool"]
+
+
+def test_fresh_rebuild_is_exact() -> None:
+    msgs = history(5)
+    msgs[0] = {"role": "developer", "content": [{"type": "text", "text": "dev"}]}
+    assert rebuild(msgs, None).upstream_messages() == msgs
+
+
+def test_appended_turn_keeps_reclaims() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs)
+    assert state.reclaimed == [f"c{i}" for i in range(6)]
+    more = [*msgs, {"role": "user", "content": "next"}]
+    rb = rebuild(more, state)
+    assert rb.reset_reason is None and rb.new_from == len(msgs)
+    sent = tool_contents(rb.upstream_messages())
+    assert sent[:6] == [placeholder_for(f"c{i}") for i in range(6)]
+    assert sent[6:] == tool_contents(msgs)[6:]
+    assert rb.originals["c0"] == msgs[3]["content"]
+
+
+def test_summary_replaces_the_cut_and_keeps_client_system() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    assert state.summary == "SUM" and state.cut > 1
+    rb = rebuild([*msgs, {"role": "user", "content": "next"}], state)
+    sent = rb.upstream_messages()
+    assert sent[0]["role"] == "system" and "SUM" in sent[0]["content"]
+    assert sent[0]["content"].endswith("sys")
+    moved = [msgs[state.moved_user]] if state.moved_user is not None else []
+    assert sent[1:] == [*moved, *msgs[state.cut :], {"role": "user", "content": "next"}]
+
+
+def test_moved_user_is_remembered_and_replayed() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    assert state.moved_user == 1  # the only user message was moved into the tail
+    rb = rebuild([*msgs, {"role": "assistant", "content": "done"}], state)
+    sent = rb.upstream_messages()
+    assert sent[1] == msgs[1]
+    assert sent[2] == msgs[state.cut]
+
+
+def test_retry_of_last_turn_keeps_state() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    edited = [*msgs[:-1], {**msgs[-1], "content": "different result"}]
+    rb = rebuild(edited, state)
+    assert rb.reset_reason == "diverged_after_summary"
+    assert rb.state.summary == "SUM"
+    assert "different result" in tool_contents(rb.upstream_messages())
+
+
+def test_edit_before_the_cut_drops_the_summary() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    edited = [msgs[0], {"role": "user", "content": "a different task"}, *msgs[2:]]
+    rb = rebuild(edited, state)
+    assert rb.reset_reason == "diverged"
+    assert rb.state.summary is None
+    sent = rb.upstream_messages()
+    assert sent[1] == {"role": "user", "content": "a different task"}
+    # Reclaims of results that still exist stay: their originals are still in the request.
+    assert tool_contents(sent)[0] == placeholder_for("c0")
+
+
+def test_client_side_truncation_scales_the_token_estimate() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs)
+    short = msgs[:1] + msgs[-4:-2]
+    short.insert(1, {"role": "user", "content": "resume"})
+    rb = rebuild(short, state)
+    assert rb.reset_reason == "diverged"
+    assert rb.state.total_tokens is not None and rb.state.total_tokens < 1000
+
+
+def test_repeated_tool_call_ids_get_distinct_keys() -> None:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "u"}]
+    for i in range(3):
+        msgs.append(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "dup", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": "dup", "content": f"result {i} " + "y" * 300})
+    assert list(reclaim_keys(msgs).values()) == ["dup", "dup#2", "dup#3"]
+    rb = rebuild(msgs, None)
+    rb.conversation.compact_toolcall(keep_max=1)
+    apply_compaction(rb)
+    assert rb.state.reclaimed == ["dup", "dup#2"]
+    assert rb.originals["dup#2"].startswith("result 1")
+    assert tool_contents(rb.upstream_messages())[1] == placeholder_for("dup#2")
+
+
+def test_hidden_extract_calls_are_reinserted_and_dropped_when_the_client_diverges() -> None:
+    msgs = history(3)
+    rb = rebuild(msgs, None)
+    own = [{"id": "own1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    ext = [
+        {
+            "id": "ext1",
+            "type": "function",
+            "function": {
+                "name": "extract_compacted_tool_result",
+                "arguments": '{"toolcall_id":"c0"}',
+            },
+        }
+    ]
+    add_hidden(
+        rb.state, len(msgs), own, ext, [{"role": "tool", "tool_call_id": "ext1", "content": "orig"}]
+    )
+    state = record_turn(rb, total_tokens=10)
+    nxt = [
+        *msgs,
+        {"role": "assistant", "content": None, "tool_calls": own},
+        {"role": "tool", "tool_call_id": "own1", "content": "r"},
+    ]
+    sent = rebuild(nxt, state).upstream_messages()
+    assert [c["id"] for c in sent[-3]["tool_calls"]] == ["own1", "ext1"]
+    assert sent[-2] == {"role": "tool", "tool_call_id": "ext1", "content": "orig"}
+    other = [
+        *msgs,
+        {"role": "assistant", "content": None, "tool_calls": [{**own[0], "id": "own2"}]},
+        {"role": "tool", "tool_call_id": "own2", "content": "r"},
+    ]
+    assert rebuild(other, state).upstream_messages() == other
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        "not a list",
+        [{"role": "wizard", "content": "x"}],
+        [{"role": "tool", "tool_call_id": "orphan", "content": "x"}],
+        [{"role": "user", "content": "x"}, "not a dict"],
+        [{"role": "assistant", "tool_calls": "nope"}],
+    ],
+)
+def test_unrecognised_histories_are_refused_for_pass_through(messages: Any) -> None:
+    with pytest.raises(UnrecognisedHistory):
+        rebuild(messages, None)
+
+
+def test_projected_tokens_add_the_new_messages() -> None:
+    msgs = history(4)
+    state = compacted_state(msgs)
+    big = {"role": "tool", "tool_call_id": "c3", "content": "z" * 40_000}
+    more = [
+        *msgs,
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {**big, "tool_call_id": "c9"},
+    ]
+    rb = rebuild(more, state)
+    assert rb.projected_tokens() >= 1000 + 10_000
+    assert rebuild(msgs, None).projected_tokens() == estimate_tokens(msgs)
+
+
+def test_state_round_trips_through_bytes() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    assert SessionState.from_bytes(state.to_bytes()) == state
