@@ -24,8 +24,9 @@ class SSEEvent:
 
     `data` is None when the event had no `data:` line (a comment, or only `id:`/`retry:`);
     `comment` holds the text of `:` lines (one leading space removed), joined by newlines.
-    `raw` also holds any stray blank lines that preceded the event, so the concatenation of
-    every event's `raw` reproduces the stream.
+    `raw` also holds any stray blank lines that preceded the event (and the `\n` of a `\r\n`
+    split across chunks after the `\r` ended an event), so the concatenation of every
+    event's `raw` reproduces the stream byte for byte.
     """
 
     data: str | None = None
@@ -94,7 +95,11 @@ class SSEDecoder:
         return events
 
     def flush(self) -> list[SSEEvent]:
-        """End of stream: an unterminated last event is dispatched leniently."""
+        """End of stream: an unterminated last event is dispatched leniently.
+
+        Trailing bytes that form no event (stray blank lines) come back as an event with no
+        fields, so joining the `raw` of every event reproduces the input exactly.
+        """
         events: list[SSEEvent] = []
         if self._buf:
             self._raw += self._buf
@@ -106,7 +111,9 @@ class SSEDecoder:
         event = self._dispatch()
         if event is not None:
             events.append(event)
-        self._raw.clear()
+        if self._raw:
+            events.append(SSEEvent(raw=bytes(self._raw)))
+            self._raw.clear()
         self._after_cr = False
         return events
 
