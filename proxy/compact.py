@@ -220,11 +220,20 @@ Summarizer: TypeAlias = Callable[[list[dict[str, Any]]], str | Awaitable[str | N
 
 
 class CompactionAgent(Protocol):
-    """What a compactor needs: the conversation, a summariser and the trigger."""
+    """What a compactor needs: the conversation, a summariser and the trigger.
 
-    conversation: Conversation
-    summarize: Summarizer
-    token_threshold: int
+    Read-only members, so any object with these attributes qualifies (a callable held in a
+    dataclass field reads as read-only to type checkers).
+    """
+
+    @property
+    def conversation(self) -> Conversation: ...
+
+    @property
+    def summarize(self) -> Summarizer: ...
+
+    @property
+    def token_threshold(self) -> int: ...
 
 
 @dataclass

@@ -352,15 +352,18 @@ class Conversation:
                 "saved messages must all be 1.3.0+ messages (with 'kind') or all be bare "
                 "OpenAI message dicts (pre-1.3.0, with 'role')"
             )
-        tokens, originals = saved.get("tokens_used"), saved.get("compacted_originals") or {}
+        tokens = saved.get("tokens_used")
+        originals = saved.get("compacted_originals")
+        originals = {} if originals is None else originals
         if tokens is not None and not isinstance(tokens, int):
             raise ConversationFormatError("'tokens_used' must be an integer or null")
         if not isinstance(originals, dict):
             raise ConversationFormatError("'compacted_originals' must be an object")
         # Messages first: keys of keyless (1.3.0) tool results must not dodge stored originals.
         conversation = cls(messages, total_tokens=tokens)
+        counter = saved.get("compaction_counter")
         conversation.compaction_counter = CompactionCounter.from_dict(
-            saved.get("compaction_counter") or {}
+            {} if counter is None else counter
         )
         conversation._originals = {str(k): v for k, v in originals.items()}
         return conversation
