@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from proxy.store import Store, open_store
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "redis"]
 
 MakeStore = Callable[..., Awaitable[Store]]
 

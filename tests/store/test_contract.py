@@ -294,7 +294,7 @@ async def test_concurrent_read_modify_write_loses_nothing(store: Store) -> None:
     assert conflicts > 0  # the writers did collide
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])  # a memory store is private
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])  # a memory store is private
 async def test_two_instances_share_sessions(make_store: MakeStore) -> None:
     first, second = await make_store(), await make_store()
     await put_new(first, KEY, b"from first")
@@ -303,3 +303,26 @@ async def test_two_instances_share_sessions(make_store: MakeStore) -> None:
     await second.put(KEY, b"from second", {}, expected_version=1)
     with pytest.raises(VersionConflict):
         await first.put(KEY, b"stale", {}, expected_version=1)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_concurrent_writers_on_two_instances(make_store: MakeStore) -> None:
+    # Two replicas (two connections) racing on one session: still exactly 20 increments.
+    stores = [await make_store(), await make_store()]
+    await put_new(stores[0], KEY, b"0")
+
+    async def increment(store: Store) -> None:
+        while True:
+            current = await store.get(KEY)
+            assert current is not None
+            await asyncio.sleep(0)
+            value = str(int(current.data) + 1).encode()
+            try:
+                await store.put(KEY, value, {}, expected_version=current.version)
+                return
+            except VersionConflict:
+                continue
+
+    await asyncio.gather(*(increment(stores[n % 2]) for n in range(20)))
+    final = await stores[1].get(KEY)
+    assert final is not None and (final.data, final.version) == (b"20", 21)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,52 @@ BAD_URLS = {
 def test_bad_urls_raise_value_error(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("?", r"\?")):
         open_store(url)
+
+
+REDIS_URLS = {
+    "redis://127.0.0.1:6379/15": ("redis://127.0.0.1:6379/15", "xun:"),
+    "redis://localhost": ("redis://localhost:6379", "xun:"),
+    "rediss://cache.internal:6380/2": ("rediss://cache.internal:6380/2", "xun:"),
+    "redis://:secret@h:7000/1?prefix=team-a:": ("redis://h:7000/1", "team-a:"),
+    "redis://h/0?socket_timeout=3&prefix=p:": ("redis://h:6379/0", "p:"),
+}
+
+
+@pytest.mark.parametrize(("url", "expected"), REDIS_URLS.items(), ids=REDIS_URLS.keys())
+async def test_redis_urls(url: str, expected: tuple[str, str]) -> None:
+    from proxy.store.redis import RedisStore
+
+    store = open_store(url, ttl_seconds=60)
+    assert isinstance(store, RedisStore)
+    assert (store.where, store.prefix, store.ttl_seconds) == (*expected, 60)
+    await store.close()
+
+
+BAD_REDIS_URLS = {
+    "redis://h:port/1": "bad port",
+    "redis://h/abc": "db number",
+    "redis:///0": "no host",
+    "redis://:hunter2@h/abc": "db number",
+}
+
+
+@pytest.mark.parametrize(("url", "message"), BAD_REDIS_URLS.items(), ids=BAD_REDIS_URLS.keys())
+def test_bad_redis_urls(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        open_store(url)
+    assert "hunter2" not in str(info.value)
+
+
+def test_redis_url_without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "proxy.store.redis", None)  # import fails
+    with pytest.raises(ValueError, match=r"xun-proxy\[redis\]"):
+        open_store("redis://localhost:6379/0")
+
+
+def test_importing_the_package_does_not_import_redis() -> None:
+    code = "import sys, proxy.store; open_store = proxy.store.open_store; "
+    code += "open_store('memory://'); print('redis' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
