@@ -242,8 +242,9 @@ class Conversation:
         plan = plan_cut([m.role for m in self.messages], keep_recent)
         if plan is None:
             return self._nothing_to_condense()
+        request = self._summary_input(plan)
         try:
-            summary: Any = summarize(self._summary_input(plan))
+            summary: Any = summarize(request)
         except Exception:
             return SummaryCompactResult(CompactStatus.SUMMARIZE_FAILED)
         if inspect.isawaitable(summary):
@@ -257,8 +258,10 @@ class Conversation:
         plan = plan_cut([m.role for m in self.messages], keep_recent)
         if plan is None:
             return self._nothing_to_condense()
+        request = self._summary_input(plan)
+        # A failed summary must never fail the request it was meant to shrink.
         try:
-            summary: Any = summarize(self._summary_input(plan))
+            summary: Any = summarize(request)
             if inspect.isawaitable(summary):
                 summary = await summary
         except Exception:

@@ -179,14 +179,19 @@ def message_from_json(saved: Any) -> Message:
     if kind == "system":
         content = saved.get("content", "")
         sections = saved.get("persist_sections") or {}
-        if not isinstance(content, str) or not isinstance(sections, dict):
+        if not isinstance(content, str):
             raise ConversationFormatError("a saved system message needs a string 'content'")
+        if not isinstance(sections, dict) or not all(isinstance(v, str) for v in sections.values()):
+            raise ConversationFormatError("'persist_sections' must map names to strings")
         return SystemPrompt(content, bool(saved.get("is_compressed", False)), dict(sections))
     if kind == "user":
         content = saved.get("content", "")
+        schema, param = saved.get("response_schema"), saved.get("param")
         if not isinstance(content, str | list):
             raise ConversationFormatError("a saved user message needs 'content' text or parts")
-        return UserMessage(content, saved.get("response_schema"), saved.get("param"))
+        if not isinstance(schema, dict | None) or not isinstance(param, dict | None):
+            raise ConversationFormatError("'response_schema' and 'param' must be objects or null")
+        return UserMessage(content, schema, param)
     if kind == "raw":
         raw, key = saved.get("raw"), saved.get("key")
         if not isinstance(raw, dict):

@@ -226,6 +226,8 @@ def test_message_json_round_trip(message: Message) -> None:
         ("text", "must be an object"),
         ({"kind": "system", "content": 3}, "string 'content'"),
         ({"kind": "user", "content": 3}, "text or parts"),
+        ({"kind": "user", "content": "u", "param": []}, "must be objects"),
+        ({"kind": "system", "content": "", "persist_sections": {"a": 1}}, "names to strings"),
     ],
 )
 def test_message_from_json_names_the_problem(saved: Any, problem: str) -> None:
