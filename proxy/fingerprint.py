@@ -33,7 +33,9 @@ def _canonical_tool_calls(calls: Any) -> Any:
         if not isinstance(call, dict):
             out.append(call)
             continue
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            fn = {}
         out.append(
             _drop_empty(
                 {"id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}

@@ -101,7 +101,7 @@ def validate(messages: Any) -> list[dict[str, Any]]:
     """Check the history is one the proxy understands; raise UnrecognisedHistory if not."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
-    open_calls: set[str] = set()
+    open_calls: set[Any] = set()
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or msg.get("role") not in KNOWN_ROLES:
             raise UnrecognisedHistory(f"message {i} has no known role")

@@ -13,8 +13,8 @@ from proxy.session import (
     add_hidden,
     apply_compaction,
     estimate_tokens,
-    reclaim_keys,
     rebuild,
+    reclaim_keys,
     record_turn,
 )
 

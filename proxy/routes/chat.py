@@ -338,6 +338,8 @@ class ChatHandler:
                     if own:
                         self.hide(own, extract, results)
                 break
+            # Saved before the end is sent: a client closes as soon as it reads [DONE].
+            await self.finish(usages[-1] if usages else None)
             total = usage_sum(usages)
             if self.wants_usage and total is not None and last_chunk is not None:
                 yield encode_data(
@@ -354,7 +356,6 @@ class ChatHandler:
                     )
                 )
             yield DONE
-            await self.finish(usages[-1] if usages else None)
         except (httpx.HTTPError, UpstreamError) as exc:
             log.warning("upstream failed mid-stream: %s", type(exc).__name__)
             yield self.error_event(502, None, str(type(exc).__name__))
