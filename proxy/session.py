@@ -9,7 +9,9 @@ Pure code: no I/O.
 
 from __future__ import annotations
 
+import base64
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,7 +26,8 @@ from proxy.fingerprint import PrefixChain
 STATE_VERSION = 1
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
-MAX_TURNS_KEPT = 1000
+MAX_TURNS_KEPT = 300
+MAX_VIEW_BYTES = 2 * 2**20  # compressed; a longer history is not kept for inspection
 HIDDEN_KEY_PREFIX = "xun-extract:"
 
 
@@ -64,6 +67,8 @@ class SessionState:
     turns: list[dict[str, Any]] = field(default_factory=list)
     last_compaction: dict[str, Any] | None = None
     resets: int = 0
+    # The client's last messages, compressed, so operators can see what the upstream saw.
+    view: str | None = None
 
     @property
     def compacted(self) -> bool:
@@ -84,6 +89,17 @@ class SessionState:
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
         return cls.from_dict(orjson.loads(data))
+
+    def set_view(self, messages: list[dict[str, Any]]) -> None:
+        packed = zlib.compress(orjson.dumps(messages), 1)
+        self.view = base64.b64encode(packed).decode() if len(packed) <= MAX_VIEW_BYTES else None
+
+    def view_messages(self) -> list[dict[str, Any]] | None:
+        """The messages of the last recorded turn, or None when they were not kept."""
+        if not self.view:
+            return None
+        messages: list[dict[str, Any]] = orjson.loads(zlib.decompress(base64.b64decode(self.view)))
+        return messages
 
     def meta(self, message_count: int) -> dict[str, Any]:
         """The small summary a store keeps beside the state, for listing sessions."""
@@ -329,12 +345,15 @@ def record_turn(
     cached_tokens: int | None = None,
     compaction: str = "none",
     now: float | None = None,
+    keep_view: bool = True,
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage."""
     state = rb.state
     state.prefix_len = len(rb.messages)
     state.prefix_hash = rb.chain.prefix(len(rb.messages))
     state.prefix_chars = estimate_chars(rb.messages)
+    if keep_view:
+        state.set_view(rb.messages)
     if total_tokens is not None:
         state.total_tokens = total_tokens
     state.turns.append(

@@ -52,6 +52,7 @@ class Turn:
     injected: bool = False
     summarizer: Summarizer | None = None
     reports: list[dict[str, Any]] = field(default_factory=list)
+    store_errors: int = 0
 
     @property
     def state(self) -> SessionState | None:
@@ -63,6 +64,7 @@ class Turn:
         try:
             stored = await self.store.get(self.key)
         except StoreError as exc:
+            self.store_errors += 1
             self.degraded = "store_unavailable"
             log.warning("store read failed, passing through uncompacted: %s", exc)
             return
@@ -161,6 +163,7 @@ class Turn:
                 try:
                     latest = await self.store.get(self.key)
                 except StoreError as exc:
+                    self.store_errors += 1
                     log.warning("store re-read failed, state not saved: %s", exc)
                     return
                 if latest is None:
@@ -174,6 +177,7 @@ class Turn:
                     return  # a later turn already recorded more than we know
                 self.version = latest.version
             except StoreError as exc:
+                self.store_errors += 1
                 log.warning("store write failed, state not saved: %s", exc)
                 return
         log.warning("state not saved after repeated conflicts")

@@ -94,6 +94,7 @@ class ChatHandler:
         key = SessionKey(tenant=tenant_of(request.headers.get("authorization")), session=session_id)
         self.turn = Turn(key=key, store=app_state.store, body=body)
         self.upstream_ms = 0.0
+        self.extract_calls = 0
         self.request_id = request.headers.get("x-request-id") or f"req_{uuid.uuid4().hex}"
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -203,6 +204,7 @@ class ChatHandler:
         raise AssertionError("unreachable")
 
     def extract_results(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.extract_calls += len(calls)
         originals = self.turn.rb.originals if self.turn.rb else {}
         return [
             {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
@@ -264,26 +266,34 @@ class ChatHandler:
             add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
 
     async def finish(self, usage: dict[str, Any] | None) -> None:
-        """Record the turn's usage and save the state."""
+        """Record the turn's usage, save the state, and note what happened for logs/metrics."""
         rb = self.turn.rb
-        if rb is None:
-            return
-        if usage:
-            details = usage.get("prompt_tokens_details") or {}
-            record_turn(
-                rb,
-                total_tokens=usage.get("total_tokens"),
-                prompt_tokens=usage.get("prompt_tokens"),
-                cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
-                compaction=self.turn.compaction,
-            )
-        await self.turn.save()
+        if rb is not None:
+            if usage:
+                details = usage.get("prompt_tokens_details") or {}
+                record_turn(
+                    rb,
+                    total_tokens=usage.get("total_tokens"),
+                    prompt_tokens=usage.get("prompt_tokens"),
+                    cached_tokens=details.get("cached_tokens")
+                    if isinstance(details, dict)
+                    else None,
+                    compaction=self.turn.compaction,
+                )
+            await self.turn.save()
+        report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
             session=self.turn.key.id[:12],
             tenant=self.turn.key.tenant[:8],
             model=self.client_body.get("model"),
             upstream_ms=round(self.upstream_ms, 2),
             compaction=self.turn.compaction,
+            tokens_before=report.get("tokens_before"),
+            tokens_after=report.get("estimated_tokens_after"),
+            summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,
+            extract_calls=self.extract_calls,
+            degraded=self.turn.degraded,
+            store_errors=self.turn.store_errors,
         )
 
     # -- streaming ----------------------------------------------------------------------
