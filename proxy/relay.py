@@ -152,7 +152,7 @@ class StreamRound:
                 return None
         choice["delta"] = delta
         has_payload = any(v not in (None, "", [], {}) for v in delta.values())
-        if not has_payload and finish is None and not ("role" in delta):
+        if not has_payload and finish is None and "role" not in delta:
             if not (choice.get("logprobs")):
                 return None
         return choice
