@@ -150,10 +150,13 @@ class Upstream:
         The caller must `aclose()` the response. Transport failures become `UpstreamError`s.
         `read_timeout` overrides the configured first-byte/idle read timeout for this call.
         """
+        # Starlette decodes header bytes as latin-1; encoding them back keeps non-ASCII
+        # values (a UTF-8 session id, say) byte-identical instead of failing in httpx.
+        raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         request = self.client.build_request(
             method,
             self.url(path, params),
-            headers=headers,
+            headers=raw_headers,
             content=content,
             timeout=self._timeout(read_timeout),
         )

@@ -29,7 +29,7 @@ from proxy.sse import DONE, SSEDecoder, encode_data
 from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.turn import Turn, learned_window, tenant_of
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, map_transport_error
 
 log = logging.getLogger("xun.chat")
 
@@ -95,7 +95,7 @@ class ChatHandler:
         self.turn = Turn(key=key, store=app_state.store, body=body)
         self.upstream_ms = 0.0
         self.extract_calls = 0
-        self.request_id = request.headers.get("x-request-id") or f"req_{uuid.uuid4().hex}"
+        self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
 
@@ -149,11 +149,16 @@ class ChatHandler:
         return body
 
     def response_headers(self) -> dict[str, str]:
-        return {
-            "x-xun-session": self.turn.key.id,
-            "x-xun-compaction": self.turn.compaction if self.turn.rb else "none",
-            "x-request-id": self.request_id,
+        """The last upstream round's end-to-end headers, ours added; x-request-id if absent."""
+        headers = {
+            name: value
+            for name, value in self.upstream_headers
+            if name not in ("content-type", "content-length")
         }
+        headers.setdefault("x-request-id", f"req_{uuid.uuid4().hex}")
+        headers["x-xun-session"] = self.turn.key.id
+        headers["x-xun-compaction"] = self.turn.compaction if self.turn.rb else "none"
+        return headers
 
     async def reactive(self, error_body: Any) -> bool:
         """After a context-length refusal: compact harder once; True when worth a retry."""
@@ -171,9 +176,11 @@ class ChatHandler:
     async def open(self, body: dict[str, Any]) -> httpx.Response:
         started = time.perf_counter()
         try:
-            return await self.upstream.send(
+            resp = await self.upstream.send(
                 "POST", CHAT_PATH, headers=self.headers, content=orjson.dumps(body)
             )
+            self.upstream_headers = self.upstream.response_headers(resp.headers)
+            return resp
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
 
@@ -185,8 +192,12 @@ class ChatHandler:
             resp = await self.open(body)
             if resp.status_code == 200:
                 return resp, None
-            raw = await resp.aread()
-            await resp.aclose()
+            try:
+                raw = await resp.aread()
+            except httpx.HTTPError as exc:
+                raise map_transport_error(exc) from exc
+            finally:
+                await resp.aclose()
             try:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -198,9 +209,12 @@ class ChatHandler:
             ):
                 body = self.upstream_body()
                 continue
-            headers = dict(self.upstream.response_headers(resp.headers))
-            headers.update(self.response_headers())
-            return None, Response(raw, status_code=resp.status_code, headers=headers)
+            return None, Response(
+                raw,
+                status_code=resp.status_code,
+                headers=self.response_headers(),
+                media_type=resp.headers.get("content-type"),
+            )
         raise AssertionError("unreachable")
 
     def extract_results(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -225,8 +239,12 @@ class ChatHandler:
                 await self.finish(None)
                 return error
             assert resp is not None
-            raw = await resp.aread()
-            await resp.aclose()
+            try:
+                raw = await resp.aread()
+            except httpx.HTTPError as exc:
+                raise map_transport_error(exc) from exc
+            finally:
+                await resp.aclose()
             try:
                 completion = orjson.loads(raw)
             except orjson.JSONDecodeError:
