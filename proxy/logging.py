@@ -21,16 +21,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.errors import internal_error_response, log_unexpected
 
 ACCESS_LOGGER = "proxy.access"
-_SECRET_PARTS = ("authorization", "api_key", "apikey", "api-key", "secret", "password", "token")
-# Token counts are numbers, not secrets: allow the field names that merely mention tokens.
-_TOKEN_COUNT_FIELDS = ("tokens", "token_threshold", "total_tokens")
+_SECRET_PARTS = ("authorization", "api_key", "apikey", "api-key", "secret", "password", "cookie")
 
 
 def _is_secret_name(name: str) -> bool:
     lowered = name.lower()
-    if lowered.endswith(_TOKEN_COUNT_FIELDS):
-        return False
-    return any(part in lowered for part in _SECRET_PARTS)
+    if "tokens" in lowered or lowered.endswith("threshold"):
+        return False  # token counts and limits are numbers, not credentials
+    return lowered.endswith("key") or "token" in lowered or any(p in lowered for p in _SECRET_PARTS)
 
 
 def redact(fields: Mapping[str, Any]) -> dict[str, Any]:

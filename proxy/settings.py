@@ -117,29 +117,29 @@ class Settings(BaseSettings):
 
     upstream_base_url: str = "https://api.openai.com/v1"
     upstream_api_key: SecretStr | None = None
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(600.0, gt=0)
-    write_timeout: float = Field(60.0, gt=0)
-    pool_timeout: float = Field(10.0, gt=0)
-    max_upstream_connections: int = Field(256, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=600.0, gt=0)
+    write_timeout: float = Field(default=60.0, gt=0)
+    pool_timeout: float = Field(default=10.0, gt=0)
+    max_upstream_connections: int = Field(default=256, gt=0)
 
     host: str = "127.0.0.1"
-    port: int = Field(8484, ge=0, le=65535)
-    max_body_bytes: int = Field(32 * MiB, gt=0)
+    port: int = Field(default=8484, ge=0, le=65535)
+    max_body_bytes: int = Field(default=32 * MiB, gt=0)
 
     store_url: str = Field(default_factory=default_store_url)
-    session_ttl_seconds: int = Field(7 * DAY, gt=0)
-    session_max_bytes: int = Field(8 * MiB, gt=0)
+    session_ttl_seconds: int = Field(default=7 * DAY, gt=0)
+    session_max_bytes: int = Field(default=8 * MiB, gt=0)
 
-    token_threshold: int = Field(192_000, gt=0)
+    token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
     summary_model: str | None = None
-    toolcall_keep_max: int = Field(12, ge=0)
-    summary_keep_max: int = Field(16, ge=0)
-    escalation_rounds: int = Field(2, ge=0)
-    max_retries: int = Field(2, ge=0)
+    toolcall_keep_max: int = Field(default=12, ge=0)
+    summary_keep_max: int = Field(default=16, ge=0)
+    escalation_rounds: int = Field(default=2, ge=0)
+    max_retries: int = Field(default=2, ge=0)
     compactor: str | None = None
-    max_extract_rounds: int = Field(4, ge=0)
+    max_extract_rounds: int = Field(default=4, ge=0)
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
 
     admin_key: SecretStr | None = None
@@ -263,9 +263,11 @@ def _file_values(path: Path) -> dict[str, tuple[Any, str]]:
     errors: list[str] = []
     sections = sorted({option.key.split(".")[0] for option in OPTIONS})
     for section, entries in document.items():
+        if section not in sections:
+            errors.append(f"{section}: unknown config section (expected {', '.join(sections)})")
+            continue
         if not isinstance(entries, dict):
-            known = ", ".join(sections)
-            errors.append(f"{section}: expected a section (one of {known}) holding keys")
+            errors.append(f"{section}: expected a mapping of keys")
             continue
         for name, value in entries.items():
             option = OPTIONS_BY_KEY.get(f"{section}.{name}")
