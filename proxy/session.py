@@ -67,6 +67,7 @@ class SessionState:
     turns: list[dict[str, Any]] = field(default_factory=list)
     last_compaction: dict[str, Any] | None = None
     resets: int = 0
+    context_window: int | None = None  # learned from the upstream's context-length errors
     # The client's last messages, compressed, so operators can see what the upstream saw.
     view: str | None = None
 
@@ -222,7 +223,9 @@ def _reconcile(
         return state, state.prefix_len, None
     # The client edited, retried, branched or truncated. Keep what still holds.
     keep_summary = bool(state.summary) and chain.matches(state.cut, state.cut_hash)
-    fresh = SessionState(resets=state.resets + 1, turns=state.turns)
+    fresh = SessionState(
+        resets=state.resets + 1, turns=state.turns, context_window=state.context_window
+    )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
         fresh.moved_user = state.moved_user

@@ -35,6 +35,8 @@ log = logging.getLogger("xun.chat")
 
 CHAT_PATH = "/chat/completions"
 MAX_SESSION_ID_CHARS = 16384
+# Compact once a prompt passes this share of a known context window: room for the reply.
+WINDOW_SHARE = 0.75
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -101,10 +103,16 @@ class ChatHandler:
 
     # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
+        """The trigger: the header override or the setting, kept below the model's window."""
         value = self.request.headers.get("x-xun-token-threshold", "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-        return int(self.settings.token_threshold)
+        threshold = int(value) if value.isdigit() and int(value) > 0 else None
+        threshold = threshold or int(self.settings.token_threshold)
+        window = self.settings.context_windows.get(str(self.client_body.get("model")))
+        if self.turn.rb is not None and self.turn.rb.state.context_window:
+            window = self.turn.rb.state.context_window
+        if window:
+            threshold = min(threshold, int(window * WINDOW_SHARE))
+        return threshold
 
     def compaction_enabled(self) -> bool:
         if self.request.headers.get("x-xun-compact", "").lower() == "off":
@@ -165,9 +173,9 @@ class ChatHandler:
         if self.turn.rb is None or not self.compaction_enabled() or self.turn.degraded:
             return False
         window = learned_window(error_body)
-        threshold = self.threshold()
         if window:
-            threshold = min(threshold, int(window * 0.75))
+            self.turn.rb.state.context_window = window
+        threshold = self.threshold()
         before = self.turn.rb.conversation.estimated_message_length()
         await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold)
         return self.turn.rb.conversation.estimated_message_length() < before
