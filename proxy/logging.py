@@ -93,6 +93,7 @@ class RequestLogMiddleware:
         scope.setdefault("state", {})["log_fields"] = log_fields
         status = 0
         request_id = ""
+        aborted = False
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, request_id
@@ -117,14 +118,22 @@ class RequestLogMiddleware:
             else:
                 # Headers are out: returning without finishing the body makes the server
                 # abort the connection, so the client sees a broken reply, not a short one.
-                log_fields.setdefault("error", "response aborted")
+                aborted = True
         finally:
-            fields = {
-                **log_fields,
+            # A route may have replaced the dict rather than filled it in.
+            added = scope.get("state", {}).get("log_fields", log_fields)
+            duration_ms = round((time.perf_counter() - started) * 1000, 2)
+            fields = dict(added) if isinstance(added, dict) else {}
+            if aborted:
+                fields["error"] = "response aborted"
+            upstream_ms = fields.get("upstream_ms")
+            if isinstance(upstream_ms, int | float):
+                fields["proxy_ms"] = round(max(duration_ms - upstream_ms, 0.0), 2)
+            fields |= {
                 "method": scope["method"],
                 "path": scope["path"],
                 "status": status,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                "duration_ms": duration_ms,
                 "request_id": request_id,
             }
             self.logger.info("request", extra={"fields": fields})
