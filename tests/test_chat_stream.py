@@ -233,3 +233,26 @@ def test_tool_call_delta_shapes_reach_the_client_whole(
         final = s.get_final_completion()
     calls = final.choices[0].message.tool_calls or []
     assert [c.function.arguments for c in calls] == ['{"path":"a.py"}', '{"path":"b.py"}']
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_extract_rounds_are_bounded(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any, stream: bool
+) -> None:
+    proxy = make_proxy(token_threshold=8000, max_extract_rounds=2)
+    agent = compacted_agent(fake_upstream, proxy, openai_client)
+    first_tool = next(m for m in agent.messages if m["role"] == "tool")
+    fake_upstream.default = lambda body: Reply.tool(
+        EXTRACT_TOOL_NAME, {"toolcall_id": first_tool["tool_call_id"]}
+    )
+    before = len(fake_upstream.chat_requests)
+    create = agent.client.chat.completions.create
+    if stream:
+        chunks = list(create(model="gpt-4o", messages=agent.messages, tools=TOOLS, stream=True))
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        assert chunks[-1].choices[0].finish_reason == "stop"
+    else:
+        done = create(model="gpt-4o", messages=agent.messages, tools=TOOLS)
+        assert done.choices[0].message.tool_calls is None
+        assert done.choices[0].finish_reason == "stop"
+    assert len(fake_upstream.chat_requests) - before == 3  # the first round and two more

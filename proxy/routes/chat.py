@@ -193,9 +193,13 @@ class ChatHandler:
             self.upstream_ms += (time.perf_counter() - started) * 1000
 
     async def open_checked(
-        self, body: dict[str, Any]
+        self, body: dict[str, Any], *, first_round: bool = True
     ) -> tuple[httpx.Response | None, Response | None]:
-        """Open a round; on an error answer, try reactive compaction once, else relay the error."""
+        """Open a round; on an error answer, try reactive compaction once, else relay the error.
+
+        Only the first round may be rebuilt after compacting: later rounds carry the
+        proxy's own extract exchanges, which a rebuild would drop.
+        """
         for attempt in range(2):
             resp = await self.open(body)
             if resp.status_code == 200:
@@ -212,6 +216,7 @@ class ChatHandler:
                 data = None
             if (
                 attempt == 0
+                and first_round
                 and is_context_length_error(resp.status_code, data)
                 and await self.reactive(data)
             ):
@@ -242,7 +247,7 @@ class ChatHandler:
         usages: list[dict[str, Any]] = []
         rounds = 0
         while True:
-            resp, error = await self.open_checked(body)
+            resp, error = await self.open_checked(body, first_round=rounds == 0)
             if error is not None:
                 await self.finish(None)
                 return error
@@ -363,7 +368,7 @@ class ChatHandler:
                         rounds += 1
                         body = dict(body)
                         body["messages"] = [*body["messages"], message, *results]
-                        next_resp, error = await self.open_checked(body)
+                        next_resp, error = await self.open_checked(body, first_round=False)
                         if error is not None:
                             yield self.error_event(error.status_code, error.body)
                             return
@@ -373,6 +378,9 @@ class ChatHandler:
                     own = [c for c in message.get("tool_calls") or [] if c not in extract]
                     if own:
                         self.hide(own, extract, results)
+                    elif rnd.only_extract and last_chunk is not None:
+                        # Out of extract rounds: end the reply the client saw normally.
+                        yield self.finish_chunk(chunk_id, last_chunk)
                 break
             # Saved before the end is sent: a client closes as soon as it reads [DONE].
             await self.finish(usages[-1] if usages else None)
@@ -423,6 +431,17 @@ class ChatHandler:
             return raw
         out = rnd.feed(chunk)
         return encode_data(orjson.dumps(out)) if out is not None else None
+
+    @staticmethod
+    def finish_chunk(chunk_id: str | None, last: dict[str, Any]) -> bytes:
+        chunk: dict[str, Any] = {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": last.get("created"),
+            "model": last.get("model"),
+            "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
+        }
+        return encode_data(orjson.dumps(chunk))
 
     @staticmethod
     def error_event(status: int, body: Any, detail: str | None = None) -> bytes:
