@@ -70,12 +70,13 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
     separators=(",", ":"), ensure_ascii=False)` (0 without tools).
     """
     total = _REPLY_PRIMING
-    for message in body.get("messages") or ():
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
         if not isinstance(message, dict):
             continue
         chars = len(_text_of(message.get("content")))
         for call in message.get("tool_calls") or ():
-            function = call.get("function") or {} if isinstance(call, dict) else {}
+            function = (call.get("function") or {}) if isinstance(call, dict) else {}
             chars += len(str(function.get("name") or "")) + len(
                 str(function.get("arguments") or "")
             )
@@ -238,8 +239,11 @@ class RecordedRequest:
     body: bytes
     json: Any
     received_at: float
+    streaming: bool = False  # answered with an event stream
+    closed: bool = False  # the response is over, one way or another
     completed: bool = False  # the whole response was sent
     disconnected: bool = False  # the client went away before the response was complete
+    dropped: bool = False  # the fake cut the connection on purpose (`Reply.drop_after`)
 
 
 class _Drop:
@@ -257,7 +261,7 @@ class _WatchedResponse(Response):
         status: int,
         headers: dict[str, str],
         parts: AsyncIterator[bytes | _Drop],
-        on_close: Callable[[bool, bool], None],
+        on_close: Callable[[str], None],  # "completed", "disconnected", "dropped" or "closed"
     ) -> None:
         # Not Response.__init__: it would add `content-length: 0` to a body sent in parts.
         self.status_code = status
@@ -269,43 +273,45 @@ class _WatchedResponse(Response):
         self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        state = {"completing": False, "disconnected": False, "completed": False}
+        outcome: list[str] = []  # reported before the client can observe it, so tests need not wait
+
+        def close(how: str) -> None:
+            if not outcome:
+                outcome.append(how)
+                self.on_close(how)
 
         async def body() -> None:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            remaining = int(dict(self.raw_headers).get(b"content-length", -1))
             async for part in self.parts:
                 if isinstance(part, _Drop):
+                    close("dropped")
                     return  # uvicorn closes a connection whose response never completed
+                remaining -= len(part)
+                if remaining == 0:
+                    close("completed")  # a sized body is complete for the client with this part
                 await send({"type": "http.response.body", "body": part, "more_body": True})
-            state["completing"] = True
+            close("completed")
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            state["completed"] = True
 
         async def watch(task: asyncio.Task[None]) -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not state["completing"]:
-                        state["disconnected"] = True
-                        task.cancel()
-                    return
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not outcome:
+                close("disconnected")
+                task.cancel()
 
         task = asyncio.ensure_future(body())
         watcher = asyncio.ensure_future(watch(task))
         try:
             await task
         except asyncio.CancelledError:
-            if not state["disconnected"]:
+            if outcome != ["disconnected"]:
                 raise
         finally:
             watcher.cancel()
-            self.on_close(state["completed"], state["disconnected"])
+            close("closed")
 
 
 class FakeUpstream:
@@ -352,8 +358,6 @@ class FakeUpstream:
             self._queue: deque[Reply | Responder] = deque()
             self.default: Responder | None = None
             self.context_window: int | None = None
-            self.open_streams = 0
-            self.disconnects = 0
             self._lock.notify_all()
 
     # scripting ---------------------------------------------------------------------------
@@ -372,6 +376,18 @@ class FakeUpstream:
     def chat_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    @property
+    def open_streams(self) -> int:
+        """Event streams being sent right now."""
+        with self._lock:
+            return sum(r.streaming and not r.closed for r in self.requests)
+
+    @property
+    def disconnects(self) -> int:
+        """Responses the client abandoned before they were complete."""
+        with self._lock:
+            return sum(r.disconnected for r in self.requests)
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
         """Wait until `predicate()` holds (checked whenever the fake's state changes)."""
@@ -446,14 +462,21 @@ class FakeUpstream:
         headers["content-type"] = "application/json"
         headers["content-length"] = str(len(body))
         parts = _parts(reply or Reply(), [body])
-        return _WatchedResponse(status, headers, parts, self._closed(record, False))
+        return _WatchedResponse(status, headers, parts, self._closed(record))
 
-    def _closed(self, record: RecordedRequest, streaming: bool) -> Callable[[bool, bool], None]:
-        def on_close(completed: bool, disconnected: bool) -> None:
+    def _stream(
+        self, record: RecordedRequest, headers: dict[str, str], parts: AsyncIterator[bytes | _Drop]
+    ) -> Response:
+        headers["content-type"] = "text/event-stream; charset=utf-8"
+        with self._lock:
+            record.streaming = True
+        return _WatchedResponse(200, headers, parts, self._closed(record))
+
+    def _closed(self, record: RecordedRequest) -> Callable[[str], None]:
+        def on_close(outcome: str) -> None:
             with self._lock:
-                record.completed, record.disconnected = completed, disconnected
-                self.disconnects += disconnected
-                self.open_streams -= streaming
+                record.closed = True
+                setattr(record, outcome, True)
                 self._lock.notify_all()
 
         return on_close
@@ -479,17 +502,13 @@ class FakeUpstream:
         completion = _Completion(body, reply, prompt_tokens)
         if not body.get("stream"):
             return self._json(record, 200, completion.whole(), reply, started)
-        headers = self._headers(reply.headers, started)
-        headers["content-type"] = "text/event-stream; charset=utf-8"
-        with self._lock:
-            self.open_streams += 1
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if reply.raw_stream is not None:
             events, hold_after = reply.raw_stream, 0
         else:
             events, hold_after = completion.events(include_usage)
         parts = _stream_parts(reply, events, hold_after)
-        return _WatchedResponse(200, headers, parts, self._closed(record, True))
+        return self._stream(record, self._headers(reply.headers, started), parts)
 
     async def _models(self, request: Request) -> Response:
         record = await self._record(request)
@@ -531,57 +550,86 @@ class FakeUpstream:
         return self._json(record, 200, payload)
 
     async def _responses(self, request: Request) -> Response:
+        """A minimal Responses API: the answer echoes the last input text."""
         record = await self._record(request)
         body = record.json if isinstance(record.json, dict) else {}
         given = body.get("input")
         last = given[-1] if isinstance(given, list) and given else None
-        text = (
-            given
-            if isinstance(given, str)
-            else _text_of(last.get("content") if isinstance(last, dict) else None)
-        )
-        now = int(time.time())
-        output_text = f"echo: {text}"
-        response = {
-            "id": _random_id("resp_", 48),
-            "object": "response",
-            "created_at": now,
-            "status": "completed",
-            "error": None,
-            "incomplete_details": None,
-            "instructions": body.get("instructions"),
-            "max_output_tokens": body.get("max_output_tokens"),
-            "model": body.get("model"),
-            "output": [
-                {
-                    "type": "message",
-                    "id": _random_id("msg_", 48),
-                    "status": "completed",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": output_text, "annotations": []}],
-                }
-            ],
-            "parallel_tool_calls": True,
-            "previous_response_id": body.get("previous_response_id"),
-            "temperature": 1.0,
-            "tool_choice": "auto",
-            "tools": body.get("tools") or [],
-            "top_p": 1.0,
-            "usage": {
-                "input_tokens": _tokens(len(text)),
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": _tokens(len(output_text)),
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": _tokens(len(text)) + _tokens(len(output_text)),
-            },
-            "metadata": body.get("metadata") or {},
-        }
-        return self._json(record, 200, response)
+        if isinstance(given, str):
+            text = given
+        else:
+            text = _text_of(last.get("content") if isinstance(last, dict) else None)
+        response = _response_object(body, f"echo: {text}", _tokens(len(text)))
+        if not body.get("stream"):
+            return self._json(record, 200, response)
+        parts = _parts(Reply(), _response_events(response))
+        return self._stream(record, self._headers(), parts)
 
     async def _not_found(self, request: Request) -> Response:
         record = await self._record(request)
         message = f"Invalid URL ({request.method} {request.url.path})"
         return self._json(record, 404, _error_body(message, "invalid_request_error"))
+
+
+def _response_object(body: dict[str, Any], text: str, input_tokens: int) -> dict[str, Any]:
+    message = {"type": "message", "id": _random_id("msg_", 48), "status": "completed"}
+    message |= {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
+    message["content"][0]["annotations"] = []
+    output_tokens = _tokens(len(text))
+    return {
+        "id": _random_id("resp_", 48),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": body.get("model"),
+        "output": [message],
+        "parallel_tool_calls": True,
+        "previous_response_id": body.get("previous_response_id"),
+        "temperature": 1.0,
+        "tool_choice": "auto",
+        "tools": body.get("tools") or [],
+        "top_p": 1.0,
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def _response_events(response: dict[str, Any]) -> list[bytes]:
+    """The Responses API stream: named events (`event:` lines) around text deltas."""
+    message = response["output"][0]
+    part = message["content"][0]
+    text = part["text"]
+    pending = {**response, "status": "in_progress", "output": [], "usage": None}
+    opened = {**message, "status": "in_progress", "content": []}
+    where = {"item_id": message["id"], "output_index": 0, "content_index": 0}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": pending}),
+        ("response.in_progress", {"response": pending}),
+        ("response.output_item.added", {"output_index": 0, "item": opened}),
+        ("response.content_part.added", {**where, "part": {**part, "text": ""}}),
+    ]
+    for piece in _chunks(text, 6):
+        events.append(("response.output_text.delta", {**where, "delta": piece, "logprobs": []}))
+    events += [
+        ("response.output_text.done", {**where, "text": text, "logprobs": []}),
+        ("response.content_part.done", {**where, "part": part}),
+        ("response.output_item.done", {"output_index": 0, "item": message}),
+        ("response.completed", {"response": response}),
+    ]
+    return [
+        f"event: {name}\n".encode() + _event({"type": name, "sequence_number": number, **data})
+        for number, (name, data) in enumerate(events)
+    ]
 
 
 def _model(name: str) -> dict[str, Any]:
@@ -618,16 +666,26 @@ def _validate_chat(body: Any) -> dict[str, Any] | None:
             "missing_required_parameter",
         )
     if not isinstance(body["messages"], list):
-        kind = type(body["messages"]).__name__
-        return _error_body(
-            f"Invalid type for 'messages': expected an array of objects, but got {kind} instead.",
-            "invalid_request_error",
-            "messages",
-            "invalid_type",
-        )
-    if not body.get("model"):
+        return _invalid_type("messages", "an array of objects", body["messages"])
+    if body.get("model") is None:
         return _error_body("you must provide a model parameter", "invalid_request_error")
+    if not isinstance(body["model"], str):
+        return _invalid_type("model", "a string", body["model"])
+    n = body.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+        return _invalid_type("n", "an integer", n)
+    if n is not None and n < 1:
+        message = f"{n} is less than the minimum of 1 - 'n'"
+        return _error_body(message, "invalid_request_error", "n", "integer_below_min_value")
     return None
+
+
+def _invalid_type(param: str, expected: str, value: Any) -> dict[str, Any]:
+    kinds = {bool: "a boolean", int: "an integer", float: "a decimal", str: "a string"}
+    kinds |= {list: "an array", dict: "an object", type(None): "null"}
+    got = kinds.get(type(value), "an unknown type")
+    message = f"Invalid type for '{param}': expected {expected}, but got {got} instead."
+    return _error_body(message, "invalid_request_error", param, "invalid_type")
 
 
 class _Completion:
@@ -638,7 +696,7 @@ class _Completion:
         self.id = _random_id("chatcmpl-", 29)
         self.created = int(time.time())
         self.model = body["model"]
-        self.n = max(1, int(body.get("n") or 1))
+        self.n = body.get("n") or 1
         self.calls = reply.calls()
         self.fingerprint = "fp_" + hashlib.sha256(self.model.encode()).hexdigest()[:10]
         self.finish_reason = reply.finish_reason or ("tool_calls" if self.calls else "stop")

@@ -55,9 +55,13 @@ def client(fake: FakeUpstream) -> Iterator[openai.OpenAI]:
 
 def raw_events(fake: FakeUpstream, body: dict[str, Any]) -> list[SSEEvent]:
     """POST a chat request and decode the raw response stream, as the proxy will."""
+    return raw_events_at(fake, "/chat/completions", body)
+
+
+def raw_events_at(fake: FakeUpstream, path: str, body: dict[str, Any]) -> list[SSEEvent]:
     decoder = SSEDecoder()
     events: list[SSEEvent] = []
-    with httpx.stream("POST", fake.url + "/chat/completions", json=body) as response:
+    with httpx.stream("POST", fake.url + path, json=body) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         for piece in response.iter_raw():
             events += decoder.feed(piece)
@@ -292,6 +296,22 @@ def test_error_statuses(
     }
 
 
+def test_error_given_as_fields(client: openai.OpenAI, fake: FakeUpstream) -> None:
+    error = {"message": "Boom.", "type": "server_error", "param": None, "code": None}
+    fake.push(Reply(status=502, error=error, headers={"x-should-retry": "false"}))
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.chat.completions.create(model="gpt-4o", messages=USER)
+    assert caught.value.status_code == 502
+    assert caught.value.body == error
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    assert Reply.error(400, "x").error == {
+        "message": "x",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
 def test_context_window_gives_openais_context_length_error(
     client: openai.OpenAI, fake: FakeUpstream
 ) -> None:
@@ -325,6 +345,12 @@ def test_context_window_gives_openais_context_length_error(
         (b'{"model": "m"}', "Missing required parameter: 'messages'."),
         (b'{"model": "m", "messages": "hi"}', "Invalid type for 'messages'"),
         (b'{"messages": []}', "you must provide a model parameter"),
+        (
+            b'{"messages": [], "model": 4}',
+            "Invalid type for 'model': expected a string, but got an integer",
+        ),
+        (b'{"messages": [], "model": "m", "n": "2"}', "Invalid type for 'n'"),
+        (b'{"messages": [], "model": "m", "n": 0}', "0 is less than the minimum of 1 - 'n'"),
     ],
 )
 def test_malformed_requests(fake: FakeUpstream, content: bytes, message: str) -> None:
@@ -621,7 +647,8 @@ def test_drop_after_closes_the_connection_mid_stream(
     assert received.count(b"data: ") == 3
     assert b"[DONE]" not in received
     assert fake.wait_for(lambda: fake.open_streams == 0)
-    assert not fake.requests[0].completed
+    assert fake.requests[0].dropped and not fake.requests[0].completed
+    assert fake.disconnects == 0
 
 
 def test_keepalive_comments_are_tolerated_by_the_sdk(
@@ -701,3 +728,15 @@ def test_unknown_routes_get_openais_404(fake: FakeUpstream, method: str, path: s
         }
     }
     assert fake.requests[-1].path == path
+
+
+def test_responses_stream(client: openai.OpenAI, fake: FakeUpstream) -> None:
+    with client.responses.stream(model="gpt-4o", input="hello there, streamed") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert len(deltas) > 2
+    assert "".join(deltas) == final.output_text == "echo: hello there, streamed"
+    events = raw_events_at(fake, "/responses", {"model": "m", "input": "x", "stream": True})
+    assert [e.event for e in events][:2] == ["response.created", "response.in_progress"]
+    assert events[-1].event == "response.completed"
+    assert all(json.loads(e.data or "")["type"] == e.event for e in events)
