@@ -168,6 +168,8 @@ def test_streamed_chat_bytes_are_identical(
     assert response.status_code == 200
     assert response.content == b"".join(events)
     assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache"
+    assert response.headers["x-accel-buffering"] == "no"
 
 
 # -- headers ------------------------------------------------------------------------------

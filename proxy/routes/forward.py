@@ -26,6 +26,7 @@ from proxy.settings import Settings
 from proxy.upstream import Content, Upstream, map_transport_error
 
 API_PREFIX = "/v1"
+SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
 
 
 def upstream_path(scope: Scope) -> str:
@@ -106,9 +107,15 @@ def relay(response: httpx.Response) -> Response:
         status_code=response.status_code,
         background=BackgroundTask(response.aclose),
     )
+    headers = Upstream.response_headers(response.headers, raw=True)
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        # Events must not sit in a cache or in a buffering reverse proxy (nginx) on the way.
+        present = {name for name, _ in headers}
+        for name, value in SSE_HEADERS:
+            if name not in present:
+                headers.append((name, value))
     relayed.raw_headers = [
-        (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in Upstream.response_headers(response.headers, raw=True)
+        (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers
     ]
     return relayed
 
