@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -88,9 +89,19 @@ SessionPage = tuple[list[SessionInfo], str | None]
 
 
 class Store(Protocol):
-    """Where session states live. Implementations: memory, SQLite, Redis."""
+    """Where session states live. Implementations: memory, SQLite, Redis (and `CachedStore`,
+    a bounded in-process cache in front of any of them)."""
+
+    @property
+    def where(self) -> str:
+        """The store's URL without credentials, for logs and /readyz."""
+        ...
 
     async def get(self, key: SessionKey) -> StoredSession | None: ...
+
+    async def version(self, key: SessionKey) -> int | None:
+        """The stored version only (None: no such session); cheap, for validating a cache."""
+        ...
 
     async def get_by_id(self, session_id: str) -> StoredSession | None: ...
 
@@ -101,11 +112,13 @@ class Store(Protocol):
         meta: dict[str, Any],
         *,
         expected_version: int | None,
+        updated_at: float | None = None,
     ) -> int:
         """Compare-and-set; `expected_version=None` means the session must not exist yet.
 
         Returns the new version (1 for a new session). Raises `VersionConflict` when the
         stored version differs, `SessionTooLarge` when `data` is over the size cap.
+        `updated_at` is the write's timestamp (default: now), so a cache can mirror it.
         """
         ...
 
@@ -123,6 +136,22 @@ class Store(Protocol):
         ...
 
     async def count(self) -> int: ...
+
+    async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
+        """Take the session's lease for `ttl_s` seconds: a token, or None while another holds it.
+
+        The lease is advisory (writes stay compare-and-set); it keeps two requests or replicas
+        from computing the same compaction. It expires by itself when its holder dies.
+        """
+        ...
+
+    async def renew(self, key: SessionKey, token: str, ttl_s: float) -> bool:
+        """Extend a held lease to `ttl_s` from now; False when `token` no longer holds it."""
+        ...
+
+    async def release(self, key: SessionKey, token: str) -> None:
+        """Give the lease back; does nothing when `token` no longer holds it."""
+        ...
 
     async def ping(self) -> bool:
         """Whether the store answers; never raises."""
@@ -149,6 +178,17 @@ def decode_meta(text: str | bytes) -> dict[str, Any]:
 def check_size(data: bytes, max_bytes: int) -> None:
     if len(data) > max_bytes:
         raise SessionTooLarge(f"session state is {len(data)} bytes; the cap is {max_bytes}")
+
+
+def check_ttl(ttl_s: float) -> int:
+    """A lease TTL in whole milliseconds (at least 1)."""
+    if not ttl_s > 0:
+        raise ValueError(f"a lease TTL must be positive, got {ttl_s}")
+    return max(1, int(ttl_s * 1000))
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
 
 
 def check_limit(limit: int) -> None:

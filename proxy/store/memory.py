@@ -2,6 +2,7 @@
 
 Every operation completes without awaiting, so it is atomic with respect to other tasks;
 a lock makes it safe across threads too (an app served in a thread, a test in another).
+Leases are a dict of (token, deadline) on the monotonic clock.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any
 
 from proxy.store.base import (
@@ -21,10 +23,12 @@ from proxy.store.base import (
     after_cursor,
     check_limit,
     check_size,
+    check_ttl,
     decode_cursor,
     decode_meta,
     encode_cursor,
     encode_meta,
+    new_token,
 )
 
 
@@ -40,9 +44,12 @@ class _Entry:
 class MemoryStore:
     """Sessions in a dict keyed by id. The TTL does not apply: the process is the lifetime."""
 
+    where = "memory://"
+
     def __init__(self, *, max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES) -> None:
         self.max_session_bytes = max_session_bytes
         self._entries: dict[str, _Entry] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     async def get(self, key: SessionKey) -> StoredSession | None:
@@ -55,6 +62,10 @@ class MemoryStore:
         entry = self._entries.get(session_id)
         return None if entry is None else _stored(entry)
 
+    async def version(self, key: SessionKey) -> int | None:
+        entry = self._entries.get(key.id)
+        return None if entry is None or entry.key != key else entry.version
+
     async def put(
         self,
         key: SessionKey,
@@ -62,16 +73,18 @@ class MemoryStore:
         meta: dict[str, Any],
         *,
         expected_version: int | None,
+        updated_at: float | None = None,
     ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
+        stamp = time.time() if updated_at is None else updated_at
         with self._lock:
             current = self._entries.get(key.id)
             found = None if current is None else current.version
             if found != expected_version:
                 raise VersionConflict(f"expected version {expected_version}, found {found}")
             version = 1 if found is None else found + 1
-            self._entries[key.id] = _Entry(key, bytes(data), meta_json, version, time.time())
+            self._entries[key.id] = _Entry(key, bytes(data), meta_json, version, stamp)
         return version
 
     async def delete(self, key: SessionKey) -> bool:
@@ -108,6 +121,33 @@ class MemoryStore:
 
     async def count(self) -> int:
         return len(self._entries)
+
+    async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
+        ttl_ms = check_ttl(ttl_s)
+        now = monotonic()
+        with self._lock:
+            held = self._leases.get(key.id)
+            if held is not None and held[1] > now:
+                return None
+            token = new_token()
+            self._leases[key.id] = (token, now + ttl_ms / 1000)
+            return token
+
+    async def renew(self, key: SessionKey, token: str, ttl_s: float) -> bool:
+        ttl_ms = check_ttl(ttl_s)
+        now = monotonic()
+        with self._lock:
+            held = self._leases.get(key.id)
+            if held is None or held[0] != token or held[1] <= now:
+                return False
+            self._leases[key.id] = (token, now + ttl_ms / 1000)
+            return True
+
+    async def release(self, key: SessionKey, token: str) -> None:
+        with self._lock:
+            held = self._leases.get(key.id)
+            if held is not None and held[0] == token:
+                del self._leases[key.id]
 
     async def ping(self) -> bool:
         return True

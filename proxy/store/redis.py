@@ -7,12 +7,15 @@ Keys (prefix `xun:` by default)::
     xun:tenant:<tenant>             zset: id -> updated_at (listing one tenant)
     xun:ids                         hash: id -> "<tenant>:<session>" key suffix
     xun:expiry                      zset: id -> TTL deadline (finds expired index entries)
+    xun:lease:<tenant>:<session>    string: the lease holder's token, with a PX expiry
 
 Tenant and session parts are percent-encoded (no ':' survives), or replaced by '#' and a hash
 when long, so any session header value makes a safe, bounded key. Writes, deletes and the TTL
 refresh of a read are Lua scripts, so the compare-and-set and the index stay consistent under
 concurrent replicas. Redis expires a session by itself; its index entries are removed when a
-listing or count finds them stale. Every Redis failure surfaces as `StoreError`.
+listing or count finds them stale. A lease is `SET NX PX`; renewing and releasing compare the
+token first, in a Lua script, so a holder whose lease expired cannot touch its successor's.
+Every Redis failure surfaces as `StoreError`.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ from proxy.store.base import (
     after_cursor,
     check_limit,
     check_size,
+    check_ttl,
     decode_cursor,
     decode_meta,
     encode_cursor,
     encode_meta,
+    new_token,
 )
 
 # KEYS: session, index, tenant index, ids, expiry.
@@ -97,6 +102,34 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 return deleted
 """
 
+# KEYS: session, expiry. ARGV: ttl (0 = none), deadline, id. The version, tenant and session
+# only (a cache validating its copy); refreshes the TTL like a read.
+_VERSION = """
+local fields = redis.call('HMGET', KEYS[1], 'version', 'tenant', 'session')
+if not fields[1] then return false end
+if tonumber(ARGV[1]) > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+end
+return fields
+"""
+
+# KEYS: lease. ARGV: token, ttl in ms. 1 when the token held the lease and it was extended.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS: lease. ARGV: token. Deletes the lease only when the token still holds it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 _INFO_FIELDS = ("meta", "version", "updated_at", "tenant", "session")
 _SWEEP_BATCH = 500
 
@@ -108,6 +141,10 @@ def key_part(value: str) -> str:
         return quoted
     digest = hashlib.sha256(value.encode()).digest()
     return "#" + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+def _suffix(key: SessionKey) -> str:
+    return f"{key_part(key.tenant)}:{key_part(key.session)}"
 
 
 def _text(value: object) -> str:
@@ -159,6 +196,9 @@ class RedisStore:
         self._put = self._client.register_script(_PUT)
         self._get = self._client.register_script(_GET)
         self._delete = self._client.register_script(_DELETE)
+        self._version = self._client.register_script(_VERSION)
+        self._renew = self._client.register_script(_RENEW)
+        self._release = self._client.register_script(_RELEASE)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -229,9 +269,20 @@ class RedisStore:
     # The Store protocol.
 
     async def get(self, key: SessionKey) -> StoredSession | None:
-        suffix = f"{key_part(key.tenant)}:{key_part(key.session)}"
-        found = await self._read(suffix, key.id)
+        found = await self._read(_suffix(key), key.id)
         return found if found is not None and found.key == key else None
+
+    async def version(self, key: SessionKey) -> int | None:
+        keys = self._keys(_suffix(key))
+        ttl, deadline = self._ttl_args()
+        with self._errors():
+            fields = await self._version(keys=[keys[0], keys[4]], args=[ttl, deadline, key.id])
+        if not fields:
+            return None
+        version, tenant, session = fields
+        if SessionKey(_text(tenant), _text(session)) != key:
+            return None
+        return int(version)
 
     async def get_by_id(self, session_id: str) -> StoredSession | None:
         if not SessionKey.is_valid_id(session_id):
@@ -251,17 +302,18 @@ class RedisStore:
         meta: dict[str, Any],
         *,
         expected_version: int | None,
+        updated_at: float | None = None,
     ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
-        suffix = f"{key_part(key.tenant)}:{key_part(key.session)}"
+        suffix = _suffix(key)
         ttl, deadline = self._ttl_args()
         expected = "" if expected_version is None else str(expected_version)
         args: list[bytes | str | int] = [
             expected,
             data,
             meta_json,
-            repr(time.time()),
+            repr(time.time() if updated_at is None else updated_at),
             key.id,
             key.tenant,
             key.session,
@@ -276,9 +328,8 @@ class RedisStore:
         return result
 
     async def delete(self, key: SessionKey) -> bool:
-        suffix = f"{key_part(key.tenant)}:{key_part(key.session)}"
         with self._errors():
-            return bool(await self._delete(keys=self._keys(suffix), args=[key.id, "all"]))
+            return bool(await self._delete(keys=self._keys(_suffix(key)), args=[key.id, "all"]))
 
     async def _infos(
         self, session_ids: list[str], stale: list[tuple[str, str | None]]
@@ -352,6 +403,25 @@ class RedisStore:
         await self._sweep()
         with self._errors():
             return int(await self._client.zcard(f"{self.prefix}index"))
+
+    def _lease_key(self, key: SessionKey) -> str:
+        return f"{self.prefix}lease:{_suffix(key)}"
+
+    async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
+        ttl_ms = check_ttl(ttl_s)
+        token = new_token()
+        with self._errors():
+            taken = await self._client.set(self._lease_key(key), token, nx=True, px=ttl_ms)
+        return token if taken else None
+
+    async def renew(self, key: SessionKey, token: str, ttl_s: float) -> bool:
+        ttl_ms = check_ttl(ttl_s)
+        with self._errors():
+            return bool(await self._renew(keys=[self._lease_key(key)], args=[token, ttl_ms]))
+
+    async def release(self, key: SessionKey, token: str) -> None:
+        with self._errors():
+            await self._release(keys=[self._lease_key(key)], args=[token])
 
     async def ping(self) -> bool:
         try:

@@ -3,8 +3,10 @@
 The standard library's `sqlite3` blocks, so one dedicated worker thread owns the single
 connection and every operation runs there, off the event loop and serialised. Compare-and-set
 is one statement (`UPDATE ... WHERE version = ?`, `INSERT ... ON CONFLICT DO NOTHING`), so it
-stays atomic even when several processes share the file. Retention: sessions not written for
-`ttl_seconds` are deleted when the store connects and then at most once an hour.
+stays atomic even when several processes share the file. Leases live in their own table with
+a wall-clock expiry (processes on one machine share the clock); taking one is one upsert that
+only replaces an expired row. Retention: sessions not written for `ttl_seconds` (and expired
+leases) are deleted when the store connects and then at most once an hour.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from time import time as wall_clock
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -29,10 +32,12 @@ from proxy.store.base import (
     VersionConflict,
     check_limit,
     check_size,
+    check_ttl,
     decode_cursor,
     decode_meta,
     encode_cursor,
     encode_meta,
+    new_token,
 )
 
 T = TypeVar("T")
@@ -49,7 +54,12 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_by_time ON sessions (updated_at, id);
 CREATE INDEX IF NOT EXISTS sessions_by_tenant ON sessions (tenant, updated_at, id);
-PRAGMA user_version = 1;
+CREATE TABLE IF NOT EXISTS leases (
+    id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    expires REAL NOT NULL
+) WITHOUT ROWID;
+PRAGMA user_version = 2;
 """
 
 _PURGE_EVERY = 3600.0
@@ -78,6 +88,10 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._purged_at = 0.0
         self._closed = False
+
+    @property
+    def where(self) -> str:
+        return f"sqlite:///{self.path}"
 
     # Plumbing: every call goes through the worker thread, errors become StoreError.
 
@@ -125,6 +139,7 @@ class SQLiteStore:
         now = time.time()
         if self.ttl_seconds is not None and now - self._purged_at >= _PURGE_EVERY:
             conn.execute("DELETE FROM sessions WHERE updated_at < ?", (now - self.ttl_seconds,))
+            conn.execute("DELETE FROM leases WHERE expires < ?", (now,))
             self._purged_at = now
 
     # The Store protocol.
@@ -136,6 +151,17 @@ class SQLiteStore:
     async def get_by_id(self, session_id: str) -> StoredSession | None:
         return await self._run(lambda conn: _select(conn, session_id))
 
+    async def version(self, key: SessionKey) -> int | None:
+        def read(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
+                "SELECT version, tenant, session FROM sessions WHERE id = ?", (key.id,)
+            ).fetchone()
+            if row is None or SessionKey(row[1], row[2]) != key:
+                return None
+            return int(row[0])
+
+        return await self._run(read)
+
     async def put(
         self,
         key: SessionKey,
@@ -143,12 +169,13 @@ class SQLiteStore:
         meta: dict[str, Any],
         *,
         expected_version: int | None,
+        updated_at: float | None = None,
     ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
 
         def write(conn: sqlite3.Connection) -> int:
-            now = time.time()
+            now = time.time() if updated_at is None else updated_at
             if expected_version is None:
                 cur = conn.execute(
                     "INSERT INTO sessions (id, tenant, session, data, meta, version, updated_at)"
@@ -217,6 +244,41 @@ class SQLiteStore:
     async def count(self) -> int:
         row = await self._run(lambda conn: conn.execute("SELECT count(*) FROM sessions").fetchone())
         return int(row[0])
+
+    async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
+        ttl = check_ttl(ttl_s) / 1000
+        token = new_token()
+
+        def take(conn: sqlite3.Connection) -> bool:
+            now = wall_clock()
+            cur = conn.execute(
+                "INSERT INTO leases (id, token, expires) VALUES (?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET token = excluded.token,"
+                " expires = excluded.expires WHERE leases.expires <= ?",
+                (key.id, token, now + ttl, now),
+            )
+            return cur.rowcount == 1
+
+        return token if await self._run(take) else None
+
+    async def renew(self, key: SessionKey, token: str, ttl_s: float) -> bool:
+        ttl = check_ttl(ttl_s) / 1000
+
+        def extend(conn: sqlite3.Connection) -> bool:
+            now = wall_clock()
+            cur = conn.execute(
+                "UPDATE leases SET expires = ? WHERE id = ? AND token = ? AND expires > ?",
+                (now + ttl, key.id, token, now),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(extend)
+
+    async def release(self, key: SessionKey, token: str) -> None:
+        def drop(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM leases WHERE id = ? AND token = ?", (key.id, token))
+
+        await self._run(drop)
 
     async def ping(self) -> bool:
         try:

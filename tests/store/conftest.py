@@ -15,9 +15,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.store import Store, open_store
+from proxy.store.cache import CachedStore
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
-BACKENDS = ["memory", "sqlite", "redis"]
+# "cached-*": the same store behind the bounded in-process cache the server puts in front of it.
+BACKENDS = ["memory", "sqlite", "redis", "cached-sqlite", "cached-redis"]
 
 MakeStore = Callable[..., Awaitable[Store]]
 
@@ -60,14 +62,17 @@ async def make_store(backend: str, tmp_path: Path) -> AsyncIterator[MakeStore]:
     """Open a store of the test's backend; SQLite and Redis instances share the same data."""
     opened: list[Store] = []
     prefix = f"xuntest:{uuid.uuid4().hex}:"
+    cached = backend.startswith("cached-")
     url = {
         "memory": "memory://",
         "sqlite": f"sqlite:///{tmp_path / 'sessions.db'}",
         "redis": f"{REDIS_URL}?prefix={prefix}",
-    }[backend]
+    }[backend.removeprefix("cached-")]
 
     async def make(**kwargs: Any) -> Store:
         store = open_store(url, **kwargs)
+        if cached:
+            store = CachedStore(store, max_entries=8, max_bytes=64 * 1024)
         opened.append(store)
         return store
 
@@ -76,7 +81,7 @@ async def make_store(backend: str, tmp_path: Path) -> AsyncIterator[MakeStore]:
     finally:
         for store in opened:
             await store.close()
-        if backend == "redis":
+        if backend.endswith("redis"):
             await drop_prefix(prefix)
 
 

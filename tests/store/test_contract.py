@@ -294,7 +294,7 @@ async def test_concurrent_read_modify_write_loses_nothing(store: Store) -> None:
     assert conflicts > 0  # the writers did collide
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])  # a memory store is private
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "cached-redis"])  # memory is private
 async def test_two_instances_share_sessions(make_store: MakeStore) -> None:
     first, second = await make_store(), await make_store()
     await put_new(first, KEY, b"from first")
@@ -305,7 +305,7 @@ async def test_two_instances_share_sessions(make_store: MakeStore) -> None:
         await first.put(KEY, b"stale", {}, expected_version=1)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "cached-sqlite"])
 async def test_concurrent_writers_on_two_instances(make_store: MakeStore) -> None:
     # Two replicas (two connections) racing on one session: still exactly 20 increments.
     stores = [await make_store(), await make_store()]

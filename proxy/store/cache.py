@@ -1,0 +1,212 @@
+"""A bounded in-process cache of hot session states, in front of any store.
+
+A cached entry is a hint, never the truth: `get` asks the store for the session's version
+(a few bytes, `Store.version`) and only serves the cached copy when it is still current, so a
+replica never decides from a state another replica has since replaced. Writes go through to
+the store; compare-and-set there still catches a race between that check and the write, and a
+`VersionConflict` (or a write whose outcome is unknown) drops the entry. The cache is bounded
+by entries and by bytes, least recently used out first, so the process's memory does not grow
+with the number of sessions in the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.store.base import (
+    SessionKey,
+    SessionPage,
+    SessionTooLarge,
+    Store,
+    StoredSession,
+    StoreError,
+    decode_meta,
+    encode_meta,
+)
+
+DEFAULT_CACHE_ENTRIES = 1024
+DEFAULT_CACHE_BYTES = 64 * 2**20
+# What one entry costs beyond its data and metadata: the entry object, the dict slot, the
+# key strings' headers. An estimate; it keeps a cache of tiny states honest about its size.
+ENTRY_OVERHEAD = 512
+
+
+@dataclass(frozen=True)
+class _Entry:
+    key: SessionKey
+    data: bytes
+    meta: str  # JSON: every hit hands out a fresh dict
+    version: int
+    updated_at: float
+    size: int
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    entries: int
+    bytes: int
+    max_entries: int
+    max_bytes: int
+    hits: int
+    misses: int
+    evictions: int
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class CachedStore:
+    """The `Store` protocol around another store, with an LRU of recently used sessions."""
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        max_entries: int = DEFAULT_CACHE_ENTRIES,
+        max_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        if max_entries < 0 or max_bytes < 0:
+            raise ValueError("cache bounds must not be negative")
+        self.inner = inner
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0
+        self._hits = self._misses = self._evictions = 0
+
+    @property
+    def where(self) -> str:
+        return self.inner.where
+
+    def stats(self) -> CacheStats:
+        return CacheStats(
+            entries=len(self._entries),
+            bytes=self._bytes,
+            max_entries=self.max_entries,
+            max_bytes=self.max_bytes,
+            hits=self._hits,
+            misses=self._misses,
+            evictions=self._evictions,
+        )
+
+    # Bookkeeping. No awaits in here: each call is atomic on the event loop.
+
+    def _drop(self, session_id: str) -> None:
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self._bytes -= entry.size
+
+    def _remember(
+        self, key: SessionKey, data: bytes, meta: str, version: int, updated_at: float
+    ) -> None:
+        self._drop(key.id)
+        size = len(data) + len(meta) + len(key.tenant) + len(key.session) + ENTRY_OVERHEAD
+        if size > self.max_bytes or self.max_entries == 0:
+            return
+        self._entries[key.id] = _Entry(key, data, meta, version, updated_at, size)
+        self._bytes += size
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.size
+            self._evictions += 1
+
+    def _fresh(self, session_id: str, key: SessionKey) -> _Entry | None:
+        entry = self._entries.get(session_id)
+        return entry if entry is not None and entry.key == key else None
+
+    # The Store protocol.
+
+    async def get(self, key: SessionKey) -> StoredSession | None:
+        entry = self._fresh(key.id, key)
+        if entry is not None:
+            try:
+                current = await self.inner.version(key)
+            except StoreError:
+                self._drop(key.id)
+                raise
+            if current == entry.version and self._fresh(key.id, key) is entry:
+                self._entries.move_to_end(key.id)
+                self._hits += 1
+                return StoredSession(
+                    key, entry.data, decode_meta(entry.meta), entry.version, entry.updated_at
+                )
+            self._drop(key.id)
+            if current is None:
+                self._misses += 1
+                return None
+        self._misses += 1
+        found = await self.inner.get(key)
+        if found is None:
+            self._drop(key.id)
+        else:
+            meta = encode_meta(found.meta)
+            self._remember(found.key, found.data, meta, found.version, found.updated_at)
+        return found
+
+    async def version(self, key: SessionKey) -> int | None:
+        return await self.inner.version(key)
+
+    async def get_by_id(self, session_id: str) -> StoredSession | None:
+        return await self.inner.get_by_id(session_id)
+
+    async def put(
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: dict[str, Any],
+        *,
+        expected_version: int | None,
+        updated_at: float | None = None,
+    ) -> int:
+        stamp = time.time() if updated_at is None else updated_at
+        meta_json = encode_meta(meta)
+        try:
+            version = await self.inner.put(
+                key, data, meta, expected_version=expected_version, updated_at=stamp
+            )
+        except SessionTooLarge:
+            raise  # nothing was written: the cached copy is still the stored one
+        except StoreError:
+            self._drop(key.id)  # a conflict, or a write whose outcome is unknown
+            raise
+        self._remember(key, bytes(data), meta_json, version, stamp)
+        return version
+
+    async def delete(self, key: SessionKey) -> bool:
+        self._drop(key.id)
+        return await self.inner.delete(key)
+
+    async def list(
+        self,
+        *,
+        tenant: str | None = None,
+        updated_after: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        return await self.inner.list(
+            tenant=tenant, updated_after=updated_after, limit=limit, cursor=cursor
+        )
+
+    async def count(self) -> int:
+        return await self.inner.count()
+
+    async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
+        return await self.inner.acquire(key, ttl_s)
+
+    async def renew(self, key: SessionKey, token: str, ttl_s: float) -> bool:
+        return await self.inner.renew(key, token, ttl_s)
+
+    async def release(self, key: SessionKey, token: str) -> None:
+        await self.inner.release(key, token)
+
+    async def ping(self) -> bool:
+        return await self.inner.ping()
+
+    async def close(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+        await self.inner.close()
