@@ -8,6 +8,7 @@ Pure: no I/O, no HTTP library.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,6 +194,14 @@ class _Choice:
 _TEXT_FIELDS = ("content", "refusal", "reasoning", "reasoning_content")
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _index(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class ChunkAccumulator:
     """Fold `chat.completion.chunk` objects into the message the stream describes.
 
@@ -213,6 +222,9 @@ class ChunkAccumulator:
         self._choices: dict[int, _Choice] = {}
 
     def add(self, chunk: dict[str, Any]) -> None:
+        """Fold one chunk in; malformed parts (wrong types) are skipped, never raised on."""
+        if not isinstance(chunk, dict):
+            return
         if self.id is None and chunk.get("id"):
             self.id = chunk["id"]
         if self.created is None and chunk.get("created") is not None:
@@ -220,12 +232,12 @@ class ChunkAccumulator:
         for key in ("model", "system_fingerprint", "service_tier"):
             if chunk.get(key) is not None:
                 setattr(self, key, chunk[key])
-        if chunk.get("usage") is not None:
+        if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for raw_choice in chunk.get("choices") or ():
-            index = raw_choice.get("index") or 0
-            choice = self._choices.setdefault(index, _Choice())
-            self._add_choice(choice, raw_choice)
+        for raw_choice in _list(chunk.get("choices")):
+            if isinstance(raw_choice, dict):
+                index = _index(raw_choice.get("index")) or 0
+                self._add_choice(self._choices.setdefault(index, _Choice()), raw_choice)
 
     def _add_choice(self, choice: _Choice, raw: dict[str, Any]) -> None:
         if raw.get("finish_reason") is not None:
@@ -234,18 +246,20 @@ class ChunkAccumulator:
         if isinstance(logprobs, dict):
             target = choice.logprobs = choice.logprobs or {}
             for key, items in logprobs.items():
-                target.setdefault(key, []).extend(items or ())
-        delta = raw.get("delta") or {}
-        for key, value in delta.items():
+                target.setdefault(key, []).extend(_list(items))
+        delta = raw.get("delta")
+        for key, value in delta.items() if isinstance(delta, dict) else ():
             if value is None:
                 continue
             if key == "role":
-                choice.role = value
+                choice.role = str(value)
             elif key in _TEXT_FIELDS:
-                choice.text.setdefault(key, []).append(value)
+                if isinstance(value, str):
+                    choice.text.setdefault(key, []).append(value)
             elif key == "tool_calls":
-                for raw_call in value:
-                    self._add_call(choice, raw_call)
+                for raw_call in _list(value):
+                    if isinstance(raw_call, dict):
+                        self._add_call(choice, raw_call)
             elif isinstance(value, str) and isinstance(choice.extra.get(key, ""), str):
                 choice.extra[key] = choice.extra.get(key, "") + value
             elif isinstance(value, list) and isinstance(choice.extra.get(key, []), list):
@@ -255,8 +269,8 @@ class ChunkAccumulator:
 
     @staticmethod
     def _add_call(choice: _Choice, raw: dict[str, Any]) -> None:
-        index = raw.get("index")
-        call_id = raw.get("id") or None
+        index = _index(raw.get("index"))
+        call_id = str(raw["id"]) if raw.get("id") else None
         by_id = [c for c in choice.calls if call_id is not None and c.id == call_id]
         current = choice.by_index.get(index) if index is not None else None
         if by_id:
@@ -272,15 +286,20 @@ class ChunkAccumulator:
             choice.by_index[index] = call
         if call_id is not None:
             call.id = call_id
-        if raw.get("type"):
+        if isinstance(raw.get("type"), str):
             call.type = raw["type"]
-        function = raw.get("function") or {}
+        function = raw.get("function")
+        if not isinstance(function, dict):
+            return
         name = function.get("name")
-        # Some servers repeat the whole name on every delta; a name is never split in practice.
-        if name and name != call.name:
+        # Some servers repeat the whole name on every delta; rarely one splits it.
+        if isinstance(name, str) and name and name != call.name:
             call.name += name
-        if function.get("arguments"):
-            call.arguments.append(function["arguments"])
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict | list):  # a few servers send the arguments as JSON
+            arguments = json.dumps(arguments, separators=(",", ":"))
+        if isinstance(arguments, str) and arguments:
+            call.arguments.append(arguments)
 
     @property
     def choice_indexes(self) -> list[int]:

@@ -112,7 +112,8 @@ class Reply:
     are tool calls, else "stop". A `status` other than 200 answers `error` in OpenAI's shape.
 
     Stream behaviour: `chunk_chars` sets fragment size; `chunk_delay` sleeps between events;
-    `hold` streams the first content chunk and waits for the event before the rest; `delay`
+    `hold` streams the first content chunk (the first chunk when there is no content) and
+    waits for the `threading.Event` before the rest; `delay`
     sleeps before any byte is sent; `keepalive` sends `: <text>` comments between events;
     `drop_after` closes the connection after that many data events (no [DONE]); `raw_stream`
     replaces the body with exactly these byte chunks; `tool_call_style` picks the delta shape:

@@ -740,3 +740,17 @@ def test_responses_stream(client: openai.OpenAI, fake: FakeUpstream) -> None:
     assert [e.event for e in events][:2] == ["response.created", "response.in_progress"]
     assert events[-1].event == "response.completed"
     assert all(json.loads(e.data or "")["type"] == e.event for e in events)
+
+
+def test_reset_during_a_stream_keeps_counters_sane(fake: FakeUpstream) -> None:
+    release = threading.Event()
+    fake.push(Reply.text("held across a reset", hold=release))
+    body = {"model": "m", "messages": USER, "stream": True}
+    with httpx.stream("POST", fake.url + "/chat/completions", json=body) as response:
+        pieces = response.iter_raw()
+        next(pieces)
+        assert fake.open_streams == 1
+        fake.reset()
+        release.set()
+        b"".join(pieces)
+    assert (fake.open_streams, fake.disconnects, fake.requests) == (0, 0, [])

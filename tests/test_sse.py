@@ -244,7 +244,7 @@ def test_module_is_pure() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module
     }
-    assert imported <= {"__future__", "re", "dataclasses", "typing"}
+    assert imported <= {"__future__", "json", "re", "dataclasses", "typing"}
 
 
 # --- accumulator ---------------------------------------------------------------------------
@@ -551,3 +551,34 @@ def test_decoded_wire_stream_through_accumulator() -> None:
             if event.data is not None and not event.is_done:
                 acc.add(json.loads(event.data))
     assert acc.message()["content"] == "日本語"
+
+
+def test_arguments_sent_as_a_json_object() -> None:
+    acc = fold([tc(index=0, id="call_a", type="function", name="f", arguments={"x": 1})])
+    assert acc.tool_calls() == [call("call_a", "f", '{"x":1}')]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["index", "id", "delta", "choices", "tool_calls", "function", "name"])
+            | st.sampled_from(["arguments", "content", "usage", "logprobs", "role", "type"])
+            | st.text(max_size=3),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.lists(json_values, max_size=6))
+def test_malformed_chunks_never_raise(chunks: list[Any]) -> None:
+    acc = ChunkAccumulator()
+    for value in chunks:
+        acc.add(value)
+    for index in acc.choice_indexes or [0]:
+        assert acc.message(index)["role"] == "assistant"
+    json.dumps(acc.to_completion())
