@@ -28,6 +28,7 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
+from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
 from proxy.routes.forward import forward, forward_endpoint
 from proxy.settings import ConfigError, Settings
@@ -85,7 +86,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     """Ready when not draining and the store answers its ping."""
     state = request.app.state
-    if getattr(state, "draining", False):
+    if is_draining(state):
         body = error_payload("The proxy is shutting down.", "server_error", "draining")
         return JSONResponse({"status": "draining", **body}, status_code=503)
     store: Store | None = getattr(state, "store", None)
@@ -137,12 +138,17 @@ def create_app(
         HTTPException: handle_http_exception,
         Exception: handle_unexpected,
     }
+    drain = Drain()
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(RequestLogMiddleware, include_exception_text=settings.log_content)],
+        middleware=[
+            Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
+            Middleware(DrainMiddleware, drain=drain),
+        ],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.compactor = compactor
+    app.state.drain = drain
     return app

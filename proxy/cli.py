@@ -24,8 +24,6 @@ from proxy.settings import ConfigError, Settings, load_settings
 from proxy.store import SessionInfo, Store, StoredSession, open_store
 
 COMMANDS = ("serve", "sessions")
-# Seconds in-flight requests (streams included) get to finish after SIGTERM.
-DRAIN_SECONDS = 30
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +64,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="session header name, repeatable, first present wins (default X-Session-Id)",
     )
     add("--max-body-bytes", dest="max_body_bytes", metavar="N", help="request body cap")
+    add(
+        "--drain-timeout",
+        dest="drain_timeout",
+        metavar="SECONDS",
+        help="on SIGTERM, how long in-flight requests get to finish (default 30)",
+    )
     add("--log-level", dest="log_level", choices=["critical", "error", "warning", "info", "debug"])
     add(
         "--log-content",
@@ -98,8 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from proxy import lifecycle
     from proxy.app import create_app
     from proxy.logging import configure_logging
 
@@ -108,8 +111,12 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(overrides)
     configure_logging(settings.log_level)
     app = create_app(settings)
-    uvicorn.run(
+    # SIGTERM drains (proxy.lifecycle): /readyz and new requests answer 503, requests in
+    # flight get `drain_timeout` seconds to finish, then the process exits with status 0.
+    return lifecycle.serve(
         app,
+        drain=app.state.drain,
+        drain_timeout=settings.drain_timeout,
         host=settings.host,
         port=settings.port,
         lifespan="on",
@@ -117,9 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,  # RequestLogMiddleware writes one JSON line per request
         log_config=None,  # keep the JSON logging configured above
         log_level=settings.log_level,
-        timeout_graceful_shutdown=DRAIN_SECONDS,
     )
-    return 0
 
 
 def _since(value: str | None) -> float | None:

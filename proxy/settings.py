@@ -43,15 +43,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("upstream_api_key", "upstream.api_key", "XUN_UPSTREAM_API_KEY", "--upstream-api-key"),
     Option("connect_timeout", "upstream.connect_timeout", "XUN_CONNECT_TIMEOUT"),
     Option("read_timeout", "upstream.read_timeout", "XUN_READ_TIMEOUT"),
+    Option("first_byte_timeout", "upstream.first_byte_timeout", "XUN_FIRST_BYTE_TIMEOUT"),
+    Option("idle_timeout", "upstream.idle_timeout", "XUN_IDLE_TIMEOUT"),
     Option("write_timeout", "upstream.write_timeout", "XUN_WRITE_TIMEOUT"),
     Option("pool_timeout", "upstream.pool_timeout", "XUN_POOL_TIMEOUT"),
     Option("max_upstream_connections", "upstream.max_connections", "XUN_MAX_UPSTREAM_CONNECTIONS"),
     Option("host", "server.host", "XUN_HOST", "--host"),
     Option("port", "server.port", "XUN_PORT", "--port"),
+    Option("drain_timeout", "server.drain_timeout", "XUN_DRAIN_TIMEOUT", "--drain-timeout"),
     Option("max_body_bytes", "server.max_body_bytes", "XUN_MAX_BODY_BYTES", "--max-body-bytes"),
     Option("store_url", "store.url", "XUN_STORE", "--store"),
     Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
     Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
+    Option("store_cache_entries", "store.cache_entries", "XUN_STORE_CACHE_ENTRIES"),
+    Option("store_cache_bytes", "store.cache_bytes", "XUN_STORE_CACHE_BYTES"),
     Option(
         "token_threshold",
         "auto_compact.token_threshold",
@@ -119,17 +124,25 @@ class Settings(BaseSettings):
     upstream_api_key: SecretStr | None = None
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
+    # Waiting for the response headers, and then between two body reads (None: read_timeout).
+    first_byte_timeout: float | None = Field(default=None, gt=0)
+    idle_timeout: float | None = Field(default=None, gt=0)
     write_timeout: float = Field(default=60.0, gt=0)
     pool_timeout: float = Field(default=10.0, gt=0)
     max_upstream_connections: int = Field(default=256, gt=0)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8484, ge=0, le=65535)
+    # Seconds in-flight requests (streams included) get to finish after SIGTERM.
+    drain_timeout: float = Field(default=30.0, ge=0)
     max_body_bytes: int = Field(default=32 * MiB, gt=0)
 
     store_url: str = Field(default_factory=default_store_url)
     session_ttl_seconds: int = Field(default=7 * DAY, gt=0)
     session_max_bytes: int = Field(default=8 * MiB, gt=0)
+    # The in-process cache of hot session states (0 entries: no cache); memory:// has none.
+    store_cache_entries: int = Field(default=1024, ge=0)
+    store_cache_bytes: int = Field(default=64 * MiB, ge=0)
 
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True

@@ -66,11 +66,15 @@ class Upstream:
     ) -> None:
         self.base_url = httpx.URL(settings.upstream_base_url)
         self._api_key = settings.upstream_api_key_value
+        # Read timeouts: `read` covers the wait for the response headers (first byte); once
+        # they are in, `send` switches the request to the idle timeout between body reads.
+        self.first_byte_timeout = settings.first_byte_timeout or settings.read_timeout
+        self.idle_timeout = settings.idle_timeout or settings.read_timeout
         self.client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(
                 connect=settings.connect_timeout,
-                read=settings.read_timeout,
+                read=self.first_byte_timeout,
                 write=settings.write_timeout,
                 pool=settings.pool_timeout,
             ),
@@ -148,7 +152,7 @@ class Upstream:
         """Send a request upstream and return the response with its body still unread.
 
         The caller must `aclose()` the response. Transport failures become `UpstreamError`s.
-        `read_timeout` overrides the configured first-byte/idle read timeout for this call.
+        `read_timeout` overrides both the first-byte and the idle timeout for this call.
         """
         # Starlette decodes header bytes as latin-1; encoding them back keeps non-ASCII
         # values (a UTF-8 session id, say) byte-identical instead of failing in httpx.
@@ -161,9 +165,15 @@ class Upstream:
             timeout=self._timeout(read_timeout),
         )
         try:
-            return await self.client.send(request, stream=True)
+            response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise map_transport_error(exc) from exc
+        # httpcore reads the request's timeout mapping when the body is first read, so from
+        # here on each read may wait `idle_timeout` (the first-byte wait is over).
+        timeouts = request.extensions.get("timeout")
+        if isinstance(timeouts, dict):
+            timeouts["read"] = self.idle_timeout if read_timeout is None else read_timeout
+        return response
 
     async def post_json(
         self,

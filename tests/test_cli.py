@@ -34,9 +34,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
-    """Replace uvicorn.run: record the app and options instead of serving."""
+    """Replace the server: record the app and options instead of serving."""
     calls: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr("uvicorn.run", lambda app, **kwargs: calls.append((app, kwargs)))
+
+    def serve(app: Any, **kwargs: Any) -> int:
+        calls.append((app, kwargs))
+        return 0
+
+    monkeypatch.setattr("proxy.lifecycle.serve", serve)
     monkeypatch.setattr("proxy.logging.configure_logging", lambda *a, **k: None)
     return calls
 
