@@ -28,8 +28,9 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
-from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
+from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
+from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import forward, forward_endpoint
 from proxy.settings import ConfigError, Settings
 from proxy.store import Store, open_store
@@ -86,7 +87,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     """Ready when not draining and the store answers its ping."""
     state = request.app.state
-    if is_draining(state):
+    if getattr(state, "draining", False):
         body = error_payload("The proxy is shutting down.", "server_error", "draining")
         return JSONResponse({"status": "draining", **body}, status_code=503)
     store: Store | None = getattr(state, "store", None)
@@ -130,6 +131,8 @@ def create_app(
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *admin_web_routes(),
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
     ]
@@ -138,17 +141,17 @@ def create_app(
         HTTPException: handle_http_exception,
         Exception: handle_unexpected,
     }
-    drain = Drain()
+    metrics = Metrics()
     app = Starlette(
         routes=routes,
         middleware=[
             Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
-            Middleware(DrainMiddleware, drain=drain),
+            Middleware(MetricsMiddleware, metrics=metrics),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.compactor = compactor
-    app.state.drain = drain
+    app.state.metrics = metrics
     return app

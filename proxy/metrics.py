@@ -1,0 +1,249 @@
+"""Prometheus metrics: one registry per app, fed at the end of each request from its log fields.
+
+`Metrics` owns a `CollectorRegistry` (no module globals, so two apps in one process never share
+counters). `MetricsMiddleware` is pure ASGI: when a request is over it reads the facts routes
+put in `request.state.log_fields` (compaction, tokens, extract calls, store errors, upstream
+time) and the matched route's path template. Labels never carry a session id, a tenant, a key
+or a raw path: only route templates, statuses and small fixed vocabularies.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.store import Store, StoreError
+
+__all__ = ["CONTENT_TYPE", "Metrics", "MetricsMiddleware", "metrics_endpoint"]
+
+# The classic text format every Prometheus (2.x and 3.x) reads; our names are plain ASCII.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UNMATCHED_ROUTE = "unmatched"
+# Seconds between two counts of the store: a scrape every few seconds stays one cheap query.
+ACTIVE_SESSIONS_TTL = 10.0
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
+_LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _label(value: Any, default: str = "other") -> str:
+    """A label value from a small vocabulary; anything else folds into `default`."""
+    text = str(value).lower() if value is not None else ""
+    return text if _LABEL_VALUE.match(text) else default
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+class Metrics:
+    """Every metric of one proxy app, in its own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.requests = Counter(
+            "xun_requests",
+            "HTTP requests by route template and status.",
+            ["route", "method", "status"],
+            registry=reg,
+        )
+        self.upstream_seconds = Histogram(
+            "xun_upstream_seconds",
+            "Time spent waiting on the upstream API per request.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.overhead_seconds = Histogram(
+            "xun_proxy_overhead_seconds",
+            "Time spent in the proxy per request: total time minus upstream time.",
+            ["route"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=reg,
+        )
+        self.compactions = Counter(
+            "xun_compactions",
+            "Compactions by level, outcome and trigger (auto or manual).",
+            ["level", "outcome", "trigger"],
+            registry=reg,
+        )
+        self.tokens_before = Histogram(
+            "xun_compaction_tokens_before",
+            "total_tokens of a conversation before compaction.",
+            buckets=_TOKEN_BUCKETS,
+            registry=reg,
+        )
+        self.tokens_after = Histogram(
+            "xun_compaction_tokens_after",
+            "Estimated total_tokens after compaction.",
+            buckets=_TOKEN_BUCKETS,
+            registry=reg,
+        )
+        self.extract_calls = Counter(
+            "xun_extract_calls",
+            "extract_compacted_tool_result calls answered by the proxy.",
+            registry=reg,
+        )
+        self.summary_calls = Counter(
+            "xun_summary_calls", "Upstream summary requests made by the proxy.", registry=reg
+        )
+        self.store_errors = Counter(
+            "xun_store_errors", "Session store operations that failed.", registry=reg
+        )
+        self.degraded = Counter(
+            "xun_degraded_requests",
+            "Session requests sent upstream uncompacted, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.active_sessions = Gauge(
+            "xun_active_sessions",
+            "Sessions in the store (counted at most every 10 s).",
+            registry=reg,
+        )
+        self._counted_at = float("-inf")
+
+    # -- feeding ------------------------------------------------------------------------
+    def observe_request(
+        self,
+        *,
+        route: str,
+        method: str,
+        status: int,
+        seconds: float,
+        fields: Mapping[str, Any],
+        streamed: bool = False,
+    ) -> None:
+        """Record one finished request and the facts its route reported."""
+        method = method if method in _METHODS else "OTHER"
+        self.requests.labels(route=route, method=method, status=str(status)).inc()
+        upstream_ms = _number(fields.get("upstream_ms"))
+        if upstream_ms is not None:
+            self.upstream_seconds.labels(route=route).observe(upstream_ms / 1000)
+        # For an event stream the chat route times opening each upstream round, not reading
+        # it, so "total minus upstream" would count the model's generation as proxy time.
+        if not streamed:
+            overhead = max(0.0, seconds - (upstream_ms or 0.0) / 1000)
+            self.overhead_seconds.labels(route=route).observe(overhead)
+        self._observe_session_facts(fields)
+
+    def _observe_session_facts(self, fields: Mapping[str, Any]) -> None:
+        compaction = fields.get("compaction")
+        if compaction in ("toolcall", "summary"):
+            self.observe_compaction(
+                str(compaction),
+                "success",
+                "auto",
+                tokens_before=_number(fields.get("tokens_before")),
+                tokens_after=_number(fields.get("tokens_after")),
+            )
+        elif compaction == "failed":
+            self.observe_compaction("unknown", "error", "auto")
+        for name, counter in (
+            ("extract_calls", self.extract_calls),
+            ("summary_calls", self.summary_calls),
+            ("store_errors", self.store_errors),
+        ):
+            count = _number(fields.get(name))
+            if count:
+                counter.inc(count)
+        degraded = fields.get("degraded")
+        if degraded:
+            self.degraded.labels(reason=_label(degraded)).inc()
+
+    def observe_compaction(
+        self,
+        level: str,
+        outcome: str,
+        trigger: str,
+        *,
+        tokens_before: float | None = None,
+        tokens_after: float | None = None,
+    ) -> None:
+        self.compactions.labels(
+            level=_label(level), outcome=_label(outcome), trigger=_label(trigger)
+        ).inc()
+        if tokens_before is not None:
+            self.tokens_before.observe(tokens_before)
+        if tokens_after is not None:
+            self.tokens_after.observe(tokens_after)
+
+    # -- scraping -----------------------------------------------------------------------
+    async def sample_store(self, store: Store | None, *, now: float | None = None) -> None:
+        """Refresh the active-sessions gauge, at most once per `ACTIVE_SESSIONS_TTL`."""
+        now = time.monotonic() if now is None else now
+        if store is None or now - self._counted_at < ACTIVE_SESSIONS_TTL:
+            return
+        self._counted_at = now
+        try:
+            self.active_sessions.set(await store.count())
+        except StoreError:
+            self.store_errors.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """GET /metrics: the Prometheus text exposition format."""
+    metrics: Metrics = request.app.state.metrics
+    await metrics.sample_store(getattr(request.app.state, "store", None))
+    return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+
+def route_label(scope: Scope) -> str:
+    """The matched route's path template (`/admin/sessions/{id}`), never the raw path."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) and path else UNMATCHED_ROUTE
+
+
+class MetricsMiddleware:
+    """Pure ASGI: time each HTTP request and hand its outcome to `Metrics`."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the client sees if the app raises before answering
+        streamed = False
+
+        async def watch(message: Message) -> None:
+            nonlocal status, streamed
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"content-type":
+                        streamed = value.startswith(b"text/event-stream")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            # Read at the end: a route may have replaced the dict during the request.
+            fields = scope.get("state", {}).get("log_fields") or {}
+            self.metrics.observe_request(
+                route=route_label(scope),
+                method=scope["method"],
+                status=status,
+                seconds=time.perf_counter() - started,
+                fields=fields,
+                streamed=streamed,
+            )

@@ -1,0 +1,201 @@
+"""The admin API under /admin: list, inspect, export, compact and delete sessions.
+
+The conversation shown is the one the upstream sees now: the client's last messages (kept
+compressed in the state) rebuilt under the session's state. Auth and loading live in
+`proxy.routes.admin_base`, manual compaction in `proxy.routes.admin_compact`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
+from proxy.errors import InvalidRequest, NotFound
+from proxy.routes.admin_base import (
+    DetailQuery,
+    ListQuery,
+    authorize,
+    load_session,
+    query_model,
+    rebuild_view,
+    require_view,
+    session_store,
+    store_failed,
+)
+from proxy.routes.admin_compact import compact_session
+from proxy.session import HIDDEN_KEY_PREFIX, Rebuild, SessionState
+from proxy.store import SessionInfo, StoreError
+
+ADMIN_PREFIX = "/admin"
+
+
+# -- views ---------------------------------------------------------------------------------
+
+
+def _counters(state: SessionState) -> dict[str, int]:
+    return {
+        "summary_rounds": state.summary_rounds,
+        "toolcall_rounds": state.toolcall_rounds,
+        "toolcall_reclaimed": state.toolcall_reclaimed,
+        "resets": state.resets,
+    }
+
+
+def _row(info: SessionInfo) -> dict[str, Any]:
+    meta = info.meta
+    return {
+        "id": info.id,
+        "object": "session",
+        "session": info.key.session,
+        "tenant": info.key.tenant,
+        "messages": meta.get("messages"),
+        "total_tokens": meta.get("total_tokens"),
+        "counters": {
+            "summary_rounds": meta.get("summary_rounds", 0),
+            "toolcall_rounds": meta.get("toolcall_rounds", 0),
+        },
+        "reclaimed": meta.get("reclaimed", 0),
+        "has_summary": bool(meta.get("has_summary")),
+        "updated_at": info.updated_at,
+        "version": info.version,
+        "size": info.size,
+    }
+
+
+def history(rb: Rebuild, truncate: bool) -> list[dict[str, Any]]:
+    """`to_history()` records, marked so a viewer can expand placeholders and the summary."""
+    conv = rb.conversation
+    reclaimed = set(conv.reclaimed_keys())
+    records: list[dict[str, Any]] = []
+    for message, record in zip(conv.messages, conv.to_history(truncate=truncate), strict=True):
+        out: dict[str, Any] = dict(record)
+        if isinstance(message, SystemPrompt):
+            out["kind"] = "system"
+            out["summary"] = message.content if message.is_compressed else None
+            out["sections"] = dict(message.persist_sections)
+        elif isinstance(message, RawOpenAIMessage):
+            out["kind"] = "message"
+            if message.tool_call_id is not None:
+                out["tool_call_id"] = message.tool_call_id
+            if message.key in reclaimed:
+                out["compacted_id"] = message.key
+            if message.key is not None and message.key.startswith(HIDDEN_KEY_PREFIX):
+                out["hidden"] = True  # an extract call the client never saw
+        else:
+            out["kind"] = "message"
+        records.append(out)
+    return records
+
+
+# -- routes --------------------------------------------------------------------------------
+
+
+async def list_sessions(request: Request) -> Response:
+    authorize(request)
+    query = query_model(request, ListQuery)
+    try:
+        infos, cursor = await session_store(request).list(
+            tenant=query.tenant,
+            updated_after=query.updated_after,
+            limit=query.limit,
+            cursor=query.cursor,
+        )
+    except ValueError as exc:  # a malformed cursor
+        raise InvalidRequest(str(exc), param="cursor", code="invalid_cursor") from exc
+    except StoreError as exc:
+        raise store_failed(request, exc) from exc
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [_row(info) for info in infos],
+            "next_cursor": cursor,
+            "has_more": cursor is not None,
+        }
+    )
+
+
+async def session_detail(request: Request) -> Response:
+    authorize(request)
+    query = query_model(request, DetailQuery)
+    stored, state = await load_session(request)
+    rb = rebuild_view(state)
+    kept = state.to_dict()
+    for bulky in ("view", "turns", "hidden", "summary", "last_compaction"):
+        kept.pop(bulky, None)
+    kept["hidden"] = len(state.hidden)
+    body = {
+        "id": stored.key.id,
+        "object": "session",
+        "session": stored.key.session,
+        "tenant": stored.key.tenant,
+        "version": stored.version,
+        "updated_at": stored.updated_at,
+        "meta": stored.meta,
+        "state": kept,
+        "summary": state.summary,
+        "total_tokens": state.total_tokens,
+        "counters": _counters(state),
+        "reclaimed": list(state.reclaimed),
+        "turns": state.turns,
+        "last_compaction": state.last_compaction,
+        "conversation": None if rb is None else history(rb, query.truncate),
+        "upstream_messages": None if rb is None else len(rb.conversation.messages),
+        "token_threshold": request.app.state.settings.token_threshold,
+    }
+    return JSONResponse(body)
+
+
+async def export_session(request: Request) -> Response:
+    authorize(request)
+    stored, state = await load_session(request)
+    rb = require_view(rebuild_view(state))
+    return Response(
+        rb.conversation.dumps(),
+        media_type="application/json",
+        headers={"content-disposition": f'attachment; filename="session-{stored.key.id}.json"'},
+    )
+
+
+async def compacted_original(request: Request) -> Response:
+    authorize(request)
+    _, state = await load_session(request)
+    rb = require_view(rebuild_view(state))
+    key = request.path_params["tool_call_id"]
+    if key not in rb.originals:
+        raise NotFound(f"No tool result {key!r} in this session.", code="tool_result_not_found")
+    content = rb.originals[key]
+    return JSONResponse(
+        {
+            "id": key,
+            "reclaimed": key in set(rb.conversation.reclaimed_keys()),
+            "content": content,
+            "text": content_to_text(content),
+        }
+    )
+
+
+async def delete_session(request: Request) -> Response:
+    authorize(request)
+    stored, _ = await load_session(request)
+    try:
+        deleted = await session_store(request).delete(stored.key)
+    except StoreError as exc:
+        raise store_failed(request, exc) from exc
+    return JSONResponse({"id": stored.key.id, "object": "session.deleted", "deleted": deleted})
+
+
+def admin_routes() -> list[BaseRoute]:
+    """The /admin API routes (the viewer page is added by `proxy.routes.admin_web`)."""
+    p = ADMIN_PREFIX + "/sessions"
+    return [
+        Route(p, list_sessions, methods=["GET"]),
+        Route(p + "/{id}", session_detail, methods=["GET"]),
+        Route(p + "/{id}", delete_session, methods=["DELETE"]),
+        Route(p + "/{id}/export", export_session, methods=["GET"]),
+        Route(p + "/{id}/compact", compact_session, methods=["POST"]),
+        Route(p + "/{id}/compacted/{tool_call_id:path}", compacted_original, methods=["GET"]),
+    ]

@@ -1,0 +1,196 @@
+"""What every admin route shares: auth, the request models, and loading a session.
+
+Auth: `Authorization: Bearer <admin key>` when a key is configured; without one, the admin
+API answers only when the proxy binds to a loopback address (anyone who can reach a wider
+bind could otherwise read every session).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.requests import Request
+
+from proxy.errors import InvalidRequest, NotFound, ProxyError, ServiceUnavailable, Unauthorized
+from proxy.session import Rebuild, SessionState, UnrecognisedHistory, rebuild
+from proxy.settings import Settings
+from proxy.store import SessionKey, Store, StoredSession, StoreError
+
+log = logging.getLogger("proxy.admin")
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class Forbidden(InvalidRequest):
+    status = 403
+    type = "permission_error"
+    default_code = "admin_disabled"
+
+
+class Conflict(InvalidRequest):
+    status = 409
+    default_code = "conflict"
+
+
+# -- auth ----------------------------------------------------------------------------------
+
+
+def authorize(request: Request) -> None:
+    """Raise unless this request may use the admin API."""
+    settings: Settings = request.app.state.settings
+    if settings.admin_key is None:
+        if settings.is_loopback:
+            return
+        raise Forbidden(
+            f"The admin API is disabled: the proxy listens on {settings.host}, which is not a "
+            "loopback address, and no admin key is set. Start it with --admin-key "
+            "(XUN_ADMIN_KEY) to enable /admin."
+        )
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not settings.check_admin_key(token.strip()):
+        raise Unauthorized(
+            "Missing or invalid admin key: send 'Authorization: Bearer <admin key>'.",
+            code="invalid_admin_key",
+            headers={"www-authenticate": 'Bearer realm="xun-proxy admin"'},
+        )
+
+
+def admin_enabled(request: Request) -> None:
+    """Raise unless the admin API can be used at all (the page needs no key to load)."""
+    settings: Settings = request.app.state.settings
+    if not settings.admin_enabled:
+        authorize(request)  # raises the Forbidden explaining why
+
+
+# -- request bodies and queries ------------------------------------------------------------
+
+
+class ListQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(50, ge=1, le=1000, description="rows per page")
+    cursor: str | None = Field(None, description="next_cursor of the previous page")
+    tenant: str | None = Field(None, description="only this tenant's sessions")
+    updated_after: float | None = Field(
+        None, description="only sessions updated after this time (epoch seconds or ISO 8601)"
+    )
+
+    @field_validator("updated_after", mode="before")
+    @classmethod
+    def _parse_time(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+            try:
+                stamp = datetime.fromisoformat(value)
+            except ValueError as exc:
+                raise ValueError("must be epoch seconds or an ISO 8601 time") from exc
+            if stamp.tzinfo is None:
+                raise ValueError("an ISO 8601 time needs a UTC offset (e.g. Z or +00:00)")
+            return stamp.timestamp()
+        return value
+
+
+class DetailQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    truncate: bool = Field(False, description="cut each message's text at 1000 characters")
+
+
+class CompactBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["summary", "toolcall"]
+    keep: int | None = Field(
+        None,
+        ge=0,
+        description="tool results kept (toolcall) or messages kept (summary); "
+        "defaults to toolcall_keep_max / summary_keep_max",
+    )
+    model: str | None = Field(
+        None, min_length=1, description="model for the summary; defaults to --summary-model"
+    )
+
+
+def validate(model: type[_M], data: Any) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(part) for part in first["loc"]) or None
+        message = f"{param}: {first['msg']}" if param else str(first["msg"])
+        raise InvalidRequest(message, param=param, code="invalid_value") from exc
+
+
+def query_model(request: Request, model: type[_M]) -> _M:
+    return validate(model, dict(request.query_params))
+
+
+async def json_body(request: Request, model: type[_M]) -> _M:
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest("The body must be a JSON object.", code="invalid_json") from exc
+    return validate(model, data)
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def session_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def store_failed(request: Request, exc: StoreError) -> ServiceUnavailable:
+    log.warning("admin: session store failed: %s", type(exc).__name__)
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.store_errors.inc()
+    return ServiceUnavailable("The session store failed.", code="store_unavailable")
+
+
+async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
+    session_id = request.path_params["id"]
+    if not SessionKey.is_valid_id(session_id):
+        raise NotFound(f"No session {session_id!r}.", code="session_not_found")
+    try:
+        stored = await session_store(request).get_by_id(session_id)
+    except StoreError as exc:
+        raise store_failed(request, exc) from exc
+    if stored is None:
+        raise NotFound(f"No session {session_id!r}.", code="session_not_found")
+    try:
+        state = SessionState.from_bytes(stored.data)
+    except Exception as exc:  # a foreign or corrupt record: say so rather than 500
+        message = "The stored session state is unreadable."
+        raise ProxyError(message, code="state_unreadable") from exc
+    return stored, state
+
+
+def rebuild_view(state: SessionState) -> Rebuild | None:
+    """The conversation as the upstream sees it now, or None when it was not kept."""
+    messages = state.view_messages()
+    if messages is None:
+        return None
+    try:
+        return rebuild(messages, state)
+    except UnrecognisedHistory:
+        return None
+
+
+def require_view(rb: Rebuild | None) -> Rebuild:
+    if rb is None:
+        raise Conflict(
+            "This session's last messages were not kept (none recorded yet, or too large), "
+            "so there is no conversation to show or compact until its next request.",
+            code="conversation_not_kept",
+        )
+    return rb
