@@ -28,6 +28,7 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
+from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.routes.admin_web import admin_web_routes
@@ -87,7 +88,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     """Ready when not draining and the store answers its ping."""
     state = request.app.state
-    if getattr(state, "draining", False):
+    if is_draining(state):
         body = error_payload("The proxy is shutting down.", "server_error", "draining")
         return JSONResponse({"status": "draining", **body}, status_code=503)
     store: Store | None = getattr(state, "store", None)
@@ -141,17 +142,20 @@ def create_app(
         HTTPException: handle_http_exception,
         Exception: handle_unexpected,
     }
+    drain = Drain()
     metrics = Metrics()
     app = Starlette(
         routes=routes,
         middleware=[
             Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
             Middleware(MetricsMiddleware, metrics=metrics),
+            Middleware(DrainMiddleware, drain=drain),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.compactor = compactor
+    app.state.drain = drain
     app.state.metrics = metrics
     return app
