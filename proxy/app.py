@@ -34,7 +34,8 @@ from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import forward, forward_endpoint
 from proxy.settings import ConfigError, Settings
-from proxy.store import Store, open_store
+from proxy.store import CachedStore, Store, open_store
+from proxy.store.cache import with_cache
 from proxy.upstream import Upstream
 
 FORWARD_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -92,10 +93,18 @@ async def readyz(request: Request) -> Response:
         body = error_payload("The proxy is shutting down.", "server_error", "draining")
         return JSONResponse({"status": "draining", **body}, status_code=503)
     store: Store | None = getattr(state, "store", None)
+    where = str(getattr(store, "where", "")) or type(store).__name__
     if store is None or not await store.ping():
-        body = error_payload("The session store is unreachable.", "server_error", "store_down")
+        message = f"The session store ({where}) is unreachable."
+        body = error_payload(message, "server_error", "store_down")
+        body["store_url"] = where
         return JSONResponse({"status": "not_ready", "store": "unreachable", **body}, 503)
-    return JSONResponse({"status": "ready", "store": "ok"})
+    ready: dict[str, Any] = {"status": "ready", "store": "ok"}
+    if "verbose" in request.query_params:  # /readyz?verbose: which store, and the cache
+        ready["store_url"] = where
+        if isinstance(store, CachedStore):
+            ready["cache"] = store.stats().to_dict()
+    return JSONResponse(ready)
 
 
 def create_app(
@@ -115,10 +124,15 @@ def create_app(
         owned = store is None
         active = store
         if active is None:
-            active = open_store(
+            opened = open_store(
                 settings.store_url,
                 max_session_bytes=settings.session_max_bytes,
                 ttl_seconds=settings.session_ttl_seconds,
+            )
+            active = with_cache(
+                opened,
+                max_entries=settings.store_cache_entries,
+                max_bytes=settings.store_cache_bytes,
             )
         app.state.upstream = upstream
         app.state.store = active

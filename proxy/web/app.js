@@ -41,10 +41,10 @@
     return data === null ? text : data;
   }
 
-  function when(seconds) {
+  function when(seconds, short) {
     if (typeof seconds !== "number") return "";
-    const d = new Date(seconds * 1000);
-    return d.toISOString().replace("T", " ").slice(0, 19);
+    const iso = new Date(seconds * 1000).toISOString();
+    return short ? iso.slice(5, 16).replace("T", " ") : iso.replace("T", " ").slice(0, 19) + " UTC";
   }
 
   function cell(row, text, cls) {
@@ -81,7 +81,7 @@
       cell(tr, s.total_tokens, "num");
       cell(tr, s.reclaimed, "num");
       cell(tr, s.counters.summary_rounds, "num");
-      cell(tr, when(s.updated_at));
+      cell(tr, when(s.updated_at, true));
       tr.addEventListener("click", () => openSession(s.id));
       tr.addEventListener("keydown", (e) => { if (e.key === "Enter") openSession(s.id); });
       if (state.current === s.id) tr.classList.add("selected");
@@ -99,11 +99,13 @@
 
   // -- one session --------------------------------------------------------------------
   function fact(list, name, value) {
+    const pair = document.createElement("div");
     const dt = document.createElement("dt");
     dt.textContent = name;
     const dd = document.createElement("dd");
     dd.textContent = value === null || value === undefined ? "–" : String(value);
-    list.append(dt, dd);
+    pair.append(dt, dd);
+    list.appendChild(pair);
   }
 
   function renderFacts(d) {
@@ -180,7 +182,17 @@
       li.className = "msg role-" + m.role + (m.compacted_id ? " placeholder" : "") + (m.hidden ? " hidden-extract" : "");
       const head = document.createElement("div");
       head.className = "msg-head";
-      head.textContent = m.role + (m.tool_call_id ? " · " + m.tool_call_id : "") + (m.hidden ? " · answered by the proxy" : "");
+      const role = document.createElement("span");
+      role.className = "role";
+      role.textContent = m.role + (m.compacted_id ? " · reclaimed" : "") + (m.hidden ? " · answered by the proxy" : "");
+      head.appendChild(role);
+      if (m.tool_call_id) {
+        const id = document.createElement("code");
+        id.className = "call-id";
+        id.textContent = m.tool_call_id;
+        head.appendChild(id);
+      }
+      if (m.compacted_id) li.dataset.compactedId = m.compacted_id;
       const body = document.createElement("pre");
       body.className = "msg-body";
       body.textContent = m.content;

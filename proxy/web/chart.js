@@ -57,7 +57,7 @@
 
     if (threshold) {
       svg.appendChild(el("line", { x1: PAD.left, x2: W - PAD.right, y1: y(threshold), y2: y(threshold), class: "threshold" }));
-      svg.appendChild(el("text", { x: W - PAD.right, y: y(threshold) - 5, class: "threshold-label", "text-anchor": "end" }, "threshold " + short(threshold)));
+      svg.appendChild(el("text", { x: PAD.left + 6, y: y(threshold) - 5, class: "threshold-label", "text-anchor": "start" }, "threshold " + short(threshold)));
     }
 
     // Compaction events: a vertical rule at the turn where the compaction took effect.
