@@ -131,6 +131,7 @@ def create_app(
             )
             active = with_cache(
                 opened,
+                settings.store_url,
                 max_entries=settings.store_cache_entries,
                 max_bytes=settings.store_cache_bytes,
             )

@@ -1,27 +1,60 @@
 """One chat turn of a session: load its state, rebuild, compact, and save what was decided.
 
-This is the orchestration between the pure core (session, compact) and the store. Every
-failure here degrades to sending the client's request upstream uncompacted; it is logged and
-counted, never shown to the client.
+This is the orchestration between the pure core (session, compact, merge) and the store.
+Every failure here degrades to sending the client's request upstream uncompacted; it is
+logged and counted (`store_errors`), never shown to the client.
+
+Concurrency. Requests of one session may run at once (an agent's parallel sub-calls, two
+replicas). A compaction runs only under the session's lease (`Store.acquire`), renewed while
+it runs and released once its result is saved, so one state is never summarised twice:
+
+- a request that finds the lease taken waits (polling with backoff, at most `lease_wait`
+  seconds), re-reading the state whenever its version moves; once the holder's compaction
+  is saved it usually applies to this request too, which then goes upstream without
+  compacting again;
+- a request that gets the lease after waiting, and finds the state unchanged, leaves it:
+  the holder tried that state and failed or found nothing to do;
+- a request that cannot get the lease in time goes upstream without compacting.
+
+Saves are compare-and-set. On a `VersionConflict` the writer re-reads the stored state and
+writes the merge of both (`proxy.merge`: the further compaction and the longer prefix win, a
+summary is never dropped), retrying a bounded number of times. A state over the store's size
+cap is saved without its inspection view (then with a shorter turn log) rather than not at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import random
 import re
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.extract_tool import TOOL_DEFINITION, client_defines_tool, inject
-from proxy.session import Rebuild, SessionState, UnrecognisedHistory, apply_compaction, rebuild
-from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
+from proxy.merge import merge_states
+from proxy.session import (
+    Rebuild,
+    SessionState,
+    UnrecognisedHistory,
+    apply_compaction,
+    estimate_chars,
+    rebuild,
+)
+from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 from proxy.summarizer import PostFn, Summarizer
 
 log = logging.getLogger("xun.turn")
 
 _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
+
+LEASE_TTL_S = 30.0  # renewed every third of it while the compaction runs
+LEASE_WAIT_S = 60.0  # how long a request waits for another one's compaction
+SAVE_ATTEMPTS = 10  # compare-and-set rounds before a turn gives up saving
+TURNS_KEPT_WHEN_TOO_LARGE = 20
 
 
 def tenant_of(authorization: str | None) -> str:
@@ -36,6 +69,14 @@ def learned_window(error_body: Any) -> int | None:
     text = str(err.get("message") if isinstance(err, dict) else error_body)
     m = _MAX_CONTEXT.search(text)
     return int(m.group(1)) if m else None
+
+
+def _parse(data: bytes) -> SessionState | None:
+    try:
+        return SessionState.from_bytes(data)
+    except Exception:  # a corrupt or foreign record must not fail the request
+        log.exception("unreadable session state, starting afresh")
+        return None
 
 
 @dataclass
@@ -53,33 +94,122 @@ class Turn:
     summarizer: Summarizer | None = None
     reports: list[dict[str, Any]] = field(default_factory=list)
     store_errors: int = 0
+    lease_ttl: float = LEASE_TTL_S
+    lease_wait: float = LEASE_WAIT_S
+    # How the compaction lease went: none, held, waited, timeout or error.
+    lease: str = "none"
+    saved: bytes | None = field(default=None, init=False, repr=False)
 
     @property
     def state(self) -> SessionState | None:
         return self.rb.state if self.rb else None
 
+    def _store_failed(self, what: str, exc: StoreError) -> None:
+        self.store_errors += 1
+        log.warning("session store %s failed: %s", what, exc)
+
     async def load(self) -> None:
         """Read the session's state and rebuild the conversation; degrade on any failure."""
-        stored = None
         try:
             stored = await self.store.get(self.key)
         except StoreError as exc:
-            self.store_errors += 1
+            self._store_failed("read (passing through uncompacted)", exc)
             self.degraded = "store_unavailable"
-            log.warning("store read failed, passing through uncompacted: %s", exc)
             return
         state = None
         if stored is not None:
             self.version = stored.version
-            try:
-                state = SessionState.from_bytes(stored.data)
-            except Exception:  # a corrupt or foreign record must not fail the request
-                log.exception("unreadable session state, starting afresh")
+            self.saved = stored.data
+            state = _parse(stored.data)
         try:
             self.rb = rebuild(self.body.get("messages"), state)
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
+
+    async def _refresh(self) -> bool:
+        """Rebuild from the stored state if its version moved; True when it did.
+
+        Raises StoreError.
+        """
+        assert self.rb is not None
+        if await self.store.version(self.key) == self.version:
+            return False
+        stored = await self.store.get(self.key)
+        state = None if stored is None else _parse(stored.data)
+        if state is not None and state.context_window is None:
+            state.context_window = self.rb.state.context_window  # learned by this request
+        self.version = None if stored is None else stored.version
+        self.saved = None if stored is None else stored.data
+        self.rb = rebuild(self.body.get("messages"), state)
+        return True
+
+    def _over(self, threshold: int, force_tokens: int | None) -> int | None:
+        """The projected size when it crosses the threshold, else None."""
+        assert self.rb is not None
+        projected = self.rb.projected_tokens() if force_tokens is None else force_tokens
+        return projected if projected > threshold else None
+
+    async def _take_lease(self, threshold: int, force_tokens: int | None) -> str | None:
+        """The lease token, or None when this request should not compact (see module doc)."""
+        deadline = monotonic() + self.lease_wait
+        delay = 0.01
+        seen: int | None = None  # the version when the lease was first found taken
+        waited = False
+        try:
+            while True:
+                token = await self.store.acquire(self.key, self.lease_ttl)
+                if token is not None:
+                    return await self._holding(token, waited, seen)
+                if not waited:
+                    waited, seen = True, self.version
+                if monotonic() >= deadline:
+                    self.lease = "timeout"
+                    log.warning(
+                        "session busy compacting for %.0fs, sending uncompacted", self.lease_wait
+                    )
+                    await self._refresh()  # still take whatever the holder saved so far
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                if await self._refresh() and self._over(threshold, force_tokens) is None:
+                    self.lease = "waited"  # another request's compaction covers this one
+                    return None
+        except StoreError as exc:
+            self._store_failed("lease", exc)
+            self.lease = "error"
+            return None
+
+    async def _holding(self, token: str, waited: bool, seen: int | None) -> str | None:
+        """Just took the lease: re-read the state, and keep the lease if there is work."""
+        self.lease = "waited" if waited else "held"
+        try:
+            await self._refresh()  # a compaction saved since this request's read counts
+        except StoreError:
+            await self._release(token)
+            raise
+        if waited and self.version == seen:
+            # The holder had this very state and left it as it was (it failed, or found
+            # nothing to do): trying again right away would repeat its work.
+            await self._release(token)
+            return None
+        return token
+
+    async def _release(self, token: str) -> None:
+        try:
+            await self.store.release(self.key, token)
+        except StoreError as exc:  # it expires by itself
+            self._store_failed("lease release", exc)
+
+    async def _keep_lease(self, token: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                if not await self.store.renew(self.key, token, self.lease_ttl):
+                    log.warning("compaction lease lost; another request may compact too")
+                    return
+            except StoreError as exc:
+                self._store_failed("lease renewal", exc)
 
     async def compact(
         self,
@@ -90,13 +220,38 @@ class Turn:
         summary_model: str | None,
         force_tokens: int | None = None,
     ) -> None:
-        """Run the compactor when the projected size crosses the threshold."""
-        if self.rb is None:
+        """Run the compactor, under the session's lease, when the size crosses the threshold."""
+        if self.rb is None or self._over(threshold, force_tokens) is None:
             return
-        conv = self.rb.conversation
-        projected = self.rb.projected_tokens() if force_tokens is None else force_tokens
-        if projected <= threshold:
+        token = await self._take_lease(threshold, force_tokens)
+        if token is None:
             return
+        try:
+            projected = self._over(threshold, force_tokens)
+            if projected is None:
+                return  # what another request saved meanwhile already covers this one
+            renewer = asyncio.create_task(self._keep_lease(token))
+            try:
+                await self._run(compactor, projected, threshold, post, summary_model)
+            finally:
+                renewer.cancel()
+                await asyncio.wait([renewer])
+            if self.compaction in ("toolcall", "summary"):
+                await self.save()  # before the lease goes: the next holder must see it
+        finally:
+            await self._release(token)
+
+    async def _run(
+        self,
+        compactor: CompactorAbstract,
+        projected: int,
+        threshold: int,
+        post: PostFn,
+        summary_model: str | None,
+    ) -> None:
+        assert self.rb is not None
+        rb = self.rb
+        conv = rb.conversation
         conv.total_tokens = projected
         self.summarizer = Summarizer(
             post=post,
@@ -111,17 +266,24 @@ class Turn:
         except Exception:
             log.exception("compaction failed, sending uncompacted")
             self.rb = rebuild(
-                self.body.get("messages"), SessionState.from_bytes(self.rb.state.to_bytes())
+                self.body.get("messages"), SessionState.from_bytes(rb.state.to_bytes())
             )
             self.compaction = "failed"
             return
-        apply_compaction(self.rb)
+        apply_compaction(rb)
         self.reports.append(report.to_dict())
         if report.level != "none":
             self.compaction = (
                 report.level if self.compaction in ("none", "toolcall") else self.compaction
             )
-            self.rb.state.last_compaction = report.to_dict()
+            state = rb.state
+            state.last_compaction = report.to_dict()
+            # The state now describes this request's messages at their compacted size, so a
+            # request of the same history that reads it does not compact again.
+            state.prefix_len = len(rb.messages)
+            state.prefix_hash = rb.chain.prefix(len(rb.messages))
+            state.prefix_chars = estimate_chars(rb.messages)
+            state.total_tokens = conv.total_tokens
 
     def summary_tools(self) -> list[dict[str, Any]] | None:
         tools = self.body.get("tools")
@@ -147,37 +309,69 @@ class Turn:
         return body
 
     async def save(self) -> None:
-        """Write the state with compare-and-set; on a conflict the newest turn's view wins."""
+        """Write the state with compare-and-set, merging with a concurrent writer's state."""
         if self.rb is None or self.degraded:
             return
-        state = self.rb.state
-        data = state.to_bytes()
-        meta = state.meta(len(self.rb.messages))
-        for _ in range(3):
+        rb = self.rb
+        for attempt in range(SAVE_ATTEMPTS):
+            data = rb.state.to_bytes()
+            if data == self.saved:
+                return  # already stored by this turn
             try:
                 self.version = await self.store.put(
-                    self.key, data, meta, expected_version=self.version
+                    self.key, data, rb.state.meta(len(rb.messages)), expected_version=self.version
                 )
+                self.saved = data
                 return
-            except VersionConflict:
-                try:
-                    latest = await self.store.get(self.key)
-                except StoreError as exc:
-                    self.store_errors += 1
-                    log.warning("store re-read failed, state not saved: %s", exc)
+            except SessionTooLarge as exc:
+                if not _shrink(rb.state):
+                    self._store_failed("write (state over the size cap)", exc)
                     return
-                if latest is None:
-                    self.version = None
-                    continue
-                other = SessionState.from_bytes(latest.data)
-                if (
-                    other.prefix_len > state.prefix_len
-                    and other.summary_rounds >= state.summary_rounds
-                ):
-                    return  # a later turn already recorded more than we know
-                self.version = latest.version
+                log.info("session state over the store's size cap, saving it smaller")
+            except VersionConflict:
+                if attempt:  # writers still colliding: spread them out, then read
+                    await asyncio.sleep(random.uniform(0, 0.005 * attempt))
+                if not await self._merge_latest():
+                    return
             except StoreError as exc:
-                self.store_errors += 1
-                log.warning("store write failed, state not saved: %s", exc)
+                self._store_failed("write", exc)
                 return
-        log.warning("state not saved after repeated conflicts")
+        log.warning("state not saved after %d conflicting writes", SAVE_ATTEMPTS)
+
+    async def _merge_latest(self) -> bool:
+        """After a lost compare-and-set: merge with the stored state; True to write again."""
+        assert self.rb is not None
+        try:
+            latest = await self.store.get(self.key)
+        except StoreError as exc:
+            self._store_failed("re-read after a conflict", exc)
+            return False
+        if latest is None:  # deleted meanwhile: write ours as a new session
+            self.version = self.saved = None
+            return True
+        theirs = _parse(latest.data)
+        merged = (
+            None
+            if theirs is None
+            else merge_states(self.rb.state, theirs, self.rb.chain, self.rb.originals)
+        )
+        if theirs is not None and merged is None:
+            # The stored state already holds everything this turn knows. The version stays
+            # stale on purpose: a later save of this turn must merge again, not overwrite.
+            return False
+        self.version, self.saved = latest.version, latest.data
+        if merged is not None:
+            # Later saves of this turn build on the merge, so nothing of theirs is undone.
+            self.rb.state = merged
+        return True
+
+
+def _shrink(state: SessionState) -> bool:
+    """Make a state smaller for a store's size cap; False when nothing is left to drop."""
+    if state.view is not None:
+        state.view = None
+        return True
+    if len(state.turns) > TURNS_KEPT_WHEN_TOO_LARGE:
+        del state.turns[:-TURNS_KEPT_WHEN_TOO_LARGE]
+        return True
+    return False

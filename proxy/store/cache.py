@@ -58,6 +58,14 @@ class CacheStats:
         return dict(self.__dict__)
 
 
+def with_cache(store: Store, url: str, *, max_entries: int, max_bytes: int) -> Store:
+    """The store opened from `url` behind a `CachedStore`; a memory:// store (in-process
+    already) or a cache of zero entries or bytes leaves it as it is."""
+    if url.strip().lower().startswith("memory:") or max_entries == 0 or max_bytes == 0:
+        return store
+    return CachedStore(store, max_entries=max_entries, max_bytes=max_bytes)
+
+
 class CachedStore:
     """The `Store` protocol around another store, with an LRU of recently used sessions."""
 
