@@ -1,0 +1,407 @@
+"""Render the JSON results into the generated blocks of BENCHMARKS.md.
+
+    python -m tests.bench.report
+
+Each block sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`; the text around the
+blocks (method, analysis) is written by hand and left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from tests.bench.common import ROOT, read_result, table
+
+DOC = ROOT / "BENCHMARKS.md"
+TARGET_ORDER = ("direct", "xun-pass", "xun-session", "xun-compact", "litellm", "headroom")
+
+
+def machine_block() -> str:
+    for name in ("overhead", "economy", "scale"):
+        data = read_result(name)
+        if data:
+            m = data["machine"]
+            return (
+                f"- CPU: {m['cpu']}, {m['nproc']} cores (shared with other work: load average "
+                f"{m.get('loadavg_at_start')} when the overhead run started)\n"
+                f"- Memory: {m.get('memory_gib')} GiB; Python {m['python']}; {m['platform']}\n"
+                f"- Measured at commit {data.get('commit')}, {m['date']}"
+            )
+    return "(no results yet)"
+
+
+def overhead_block() -> str:
+    data = read_result("overhead")
+    if not data:
+        return "(no overhead results yet: run `python -m tests.bench.overhead`)"
+    out = [f"Mode: {data['mode']}, {data['seconds']:.0f} s. Setup:"]
+    for name, info in data["setup"].items():
+        state = "ok" if info.get("ok") else f"NOT RUN: {info.get('error')}"
+        version = f" {info['version']}" if info.get("version") else ""
+        out.append(
+            f"- {name}{version}: {state}"
+            + (f"; `{info['command']}`" if info.get("command") else "")
+        )
+        for note in info.get("notes") or []:
+            out.append(f"  - its log: `{note[:300]}`")
+    groups: dict[tuple[str, bool], list[dict[str, Any]]] = defaultdict(list)
+    for cell in data["cells"].values():
+        groups[(cell["size"], cell["stream"])].append(cell)
+    for (size, stream), cells in groups.items():
+        cells.sort(key=lambda c: c["concurrency"])
+        concs = [c["concurrency"] for c in cells]
+        out.append(
+            f"\n**{size} history ({cells[0]['bytes']:,} bytes, {cells[0]['messages']} messages), "
+            f"{'streaming' if stream else 'JSON'}**: req/s (x direct), added p50 / p99 ms"
+            + (", added TTFB p50 ms" if stream else "")
+            + "\n"
+        )
+        heads = ["target"] + [f"c={c}" for c in concs]
+        rows = []
+        for name in TARGET_ORDER:
+            row: list[Any] = [name]
+            present = False
+            for cell in cells:
+                r = cell["targets"].get(name)
+                if not r or not r.get("n"):
+                    row.append("n/a")
+                    continue
+                present = True
+                if name == "direct":
+                    text = f"{r['throughput_rps']} req/s; p50 {r['p50_ms']} / p99 {r['p99_ms']} ms"
+                    if stream:
+                        text += f"; TTFB {r['ttfb_p50_ms']}"
+                else:
+                    text = (
+                        f"{r['throughput_rps']} ({r.get('throughput_vs_direct')}x); "
+                        f"+{r.get('added_p50_ms')} / +{r.get('added_p99_ms')}"
+                    )
+                    if stream:
+                        text += f"; +{r.get('added_ttfb_p50_ms')}"
+                if r.get("errors"):
+                    text += f"; {r['errors']} errors"
+                if r.get("wrong_compaction"):
+                    text += f"; {r['wrong_compaction']} not compacted"
+                row.append(text)
+            if present:
+                rows.append(row)
+        out.append(table(heads, rows))
+    out.append("\n**Ratios at 50 KB** (xun-proxy's compacting path, c, against the peers)\n")
+    rows = []
+    for cell in sorted(data["cells"].values(), key=lambda c: (c["stream"], c["concurrency"])):
+        if cell["size"] != "50KB":
+            continue
+        r = cell["targets"].get("xun-session") or {}
+        rows.append(
+            [
+                f"{'stream' if cell['stream'] else 'json'} c={cell['concurrency']}",
+                r.get("added_p50_share_of_litellm"),
+                r.get("added_p50_share_of_headroom"),
+                r.get("throughput_vs_litellm"),
+                r.get("throughput_vs_headroom"),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "cell",
+                "added p50 / LiteLLM's",
+                "added p50 / Headroom's",
+                "throughput / LiteLLM's",
+                "throughput / Headroom's",
+            ],
+            rows,
+        )
+    )
+    out.append("\n**Targets**\n")
+    out.append(
+        table(
+            ["target", "measured", "met"],
+            [[c["target"], c["value"], c["met"]] for c in data["checks"]],
+        )
+    )
+    buf = data.get("buffering") or {}
+    out.append(
+        "\n**No buffering**: the upstream spaces its stream events 150 ms apart; a relay that "
+        "buffers would deliver them together.\n"
+    )
+    out.append(
+        table(
+            [
+                "target",
+                "content events",
+                "first (ms)",
+                "spread (ms)",
+                "expected spread",
+                "unbuffered",
+            ],
+            [
+                [
+                    k,
+                    v.get("content_events"),
+                    v.get("first_ms"),
+                    v.get("spread_ms"),
+                    v.get("expected_spread_ms"),
+                    v.get("streams_unbuffered", v.get("error")),
+                ]
+                for k, v in buf.items()
+            ],
+        )
+    )
+    rss = data.get("rss_mib_at_end") or {}
+    out.append(
+        "\nResident memory at the end of the run (MiB): "
+        + ", ".join(f"{k} {v}" for k, v in rss.items())
+    )
+    return "\n".join(out)
+
+
+def economy_block() -> str:
+    data = read_result("economy")
+    if not data:
+        return "(no economy results yet: run `python -m tests.bench.economy`)"
+    f0 = data["cache_factors"][0]
+    out = [
+        f"Mode: {data['mode']}, {data['trajectories']} trajectories, {data['seconds']:.0f} s. "
+        f"Token counts: {data['token_counts']}. Summaries: {data['summariser']}. "
+        f"Cache model: {data['cache_model']}.",
+    ]
+    for name, info in data["setup"].items():
+        if not info.get("ok"):
+            out.append(f"- {name}: NOT RUN: {info.get('error')}")
+        for note in info.get("notes") or []:
+            out.append(f"- {name}'s log: `{note[:300]}`")
+    for subset, title in (
+        ("all", "all trajectories"),
+        ("long", "the long (SWE, Claude Code, OpenHands) trajectories"),
+    ):
+        out.append(
+            f"\n**Totals over {title}** (saving against direct; cost = uncached + {f0} x cached "
+            "+ summary tokens)\n"
+        )
+        rows = []
+        for name, t in data["totals"][subset].items():
+            p = t["probe"]
+            rows.append(
+                [
+                    name,
+                    t["trajectories"],
+                    t["billed"],
+                    t["peak"],
+                    t["level1"],
+                    t["level2"],
+                    t["summary_calls"],
+                    t["summary_tokens"],
+                    t.get("saving_pct"),
+                    t.get(f"saving_cost_{f0}_pct"),
+                    t.get("saving_cost_0.5_pct"),
+                    t["costlier_than_direct_by_1pct"].get(str(f0)),
+                    t["costlier_than_direct_by_1pct"].get("0.5"),
+                    f"{p.get('placeholders_retrieved', 0)}/{p.get('placeholders', 0)}"
+                    if name not in ("direct", "headroom")
+                    else "",
+                    t["errors"],
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "config",
+                    "traj.",
+                    "prompt+summary tokens",
+                    "peak prompt",
+                    "L1 turns",
+                    "L2 turns",
+                    "summary calls",
+                    "summary tokens",
+                    "saving %",
+                    f"cost saving {f0}x %",
+                    "cost saving 0.5x %",
+                    f"traj. costlier {f0}x",
+                    "traj. costlier 0.5x",
+                    "placeholders retrieved",
+                    "errors",
+                ],
+                rows,
+            )
+        )
+    out.append("\n**Per trajectory** (long ones one by one; the short tau / tau2 runs grouped)\n")
+    rows = []
+    grouped: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    direct_group: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for e in data["per_trajectory"]:
+        long = e["source"] not in ("tau-bench", "tau2-bench")
+        for name, r in e["configs"].items():
+            if long:
+                rows.append(
+                    [
+                        e["trajectory"],
+                        name,
+                        r["turns"],
+                        r["billed"],
+                        r["peak"],
+                        r["level1"],
+                        r["level2"],
+                        r["summary_calls"],
+                        r.get("saving_pct"),
+                        r.get(f"saving_cost_{f0}_pct"),
+                        r.get("saving_cost_0.5_pct"),
+                    ]
+                )
+            else:
+                g = grouped[(e["source"], name)]
+                for k in (
+                    "turns",
+                    "billed",
+                    "level1",
+                    "level2",
+                    "summary_calls",
+                    f"cost_{f0}",
+                    "cost_0.5",
+                ):
+                    g[k] += r.get(k, 0)
+                g["peak"] = max(g["peak"], r["peak"])
+                g["n"] += 1
+                if name == "direct":
+                    direct_group[e["source"]] = g
+    for (source, name), g in grouped.items():
+        base = direct_group.get(source) or {}
+
+        def pct(key: str, g: dict[str, float] = g, base: dict[str, float] = base) -> float | None:
+            return round(100 * (1 - g[key] / base[key]), 2) if base.get(key) else None
+
+        rows.append(
+            [
+                f"{source} ({int(g['n'])} runs)",
+                name,
+                int(g["turns"]),
+                int(g["billed"]),
+                int(g["peak"]),
+                int(g["level1"]),
+                int(g["level2"]),
+                int(g["summary_calls"]),
+                pct("billed"),
+                pct(f"cost_{f0}"),
+                pct("cost_0.5"),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "trajectory",
+                "config",
+                "turns",
+                "prompt+summary tokens",
+                "peak",
+                "L1",
+                "L2",
+                "summaries",
+                "saving %",
+                f"cost saving {f0}x %",
+                "cost saving 0.5x %",
+            ],
+            rows,
+        )
+    )
+    return "\n".join(out)
+
+
+def scale_block() -> str:
+    data = read_result("scale")
+    if not data:
+        return "(no scale results yet: run `python -m tests.bench.scale`)"
+    out = []
+    rows = []
+    for backend, d in data["memory"].items():
+        if "error" in d:
+            rows.append([backend, "n/a", "n/a", "n/a", d["error"]])
+            continue
+        for r in d["rows"]:
+            rows.append(
+                [
+                    f"{backend} ({d['store']})",
+                    r["sessions"],
+                    r["rss_mib"],
+                    r.get("store_mib"),
+                    r.get("failures"),
+                ]
+            )
+    out.append(
+        "**Proxy resident memory against sessions stored** (one 2 KB chat turn per new session)\n"
+    )
+    out.append(
+        table(["store", "sessions", "proxy RSS (MiB)", "store size (MiB)", "failed requests"], rows)
+    )
+    out.append("")
+    for backend, d in data["memory"].items():
+        if "rss_growth_1k_to_10k_pct" in d:
+            g = d["rss_growth_1k_to_10k_pct"]
+            verdict = "within 10%: target met" if g is not None and g <= 10 else "target missed"
+            out.append(f"- {backend}: RSS growth from 1,000 to 10,000 sessions: {g} % ({verdict})")
+    cpu = data.get("cpu")
+    if cpu:
+        out.append("\n**Per-request CPU time against history size** (best of runs, CPU time)\n")
+        out.append(
+            table(
+                [
+                    "tokens",
+                    "messages",
+                    "body bytes",
+                    "fingerprint ms",
+                    "rebuild ms",
+                    "whole turn ms",
+                    "turn us / 1k tokens",
+                    "whole turn ms, session with 300 turns kept",
+                ],
+                [
+                    [
+                        r["tokens"],
+                        r["messages"],
+                        r["body_bytes"],
+                        r["fingerprint_ms"],
+                        r["rebuild_ms"],
+                        r["turn_ms"],
+                        r["turn_us_per_ktok"],
+                        r.get("turn300_ms"),
+                    ]
+                    for r in cpu["rows"]
+                ],
+            )
+        )
+        out.append("\nGrowth (fit of time = a x tokens^b over 5k..200k tokens):\n")
+        out.append(
+            table(
+                ["measure", "exponent b", "R^2", "per-token cost at 200k / at 10k", "linear"],
+                [
+                    [k, v["exponent"], v["r2"], v["per_token_ratio_200k_vs_10k"], v["linear"]]
+                    for k, v in cpu["fits"].items()
+                ],
+            )
+        )
+    return "\n".join(out)
+
+
+BLOCKS = {
+    "machine": machine_block,
+    "overhead": overhead_block,
+    "economy": economy_block,
+    "scale": scale_block,
+}
+
+
+def update() -> None:
+    text = DOC.read_text()
+    for name, render in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)", re.DOTALL)
+        if not pattern.search(text):
+            continue
+        body = render()
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), text)
+    DOC.write_text(text)
+    print(f"updated {DOC}")
+
+
+if __name__ == "__main__":
+    update()
