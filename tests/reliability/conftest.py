@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
+from tests.agent import Agent, ModelScript
+from tests.fake_upstream import FakeUpstream
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,3 +201,16 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+def compacted_agent(fake: FakeUpstream, proxy: Any, client: openai.OpenAI) -> Agent:
+    """An agent whose session has compacted tool results, so the extract tool is injected."""
+    fake.default = ModelScript()
+    agent = Agent(client, output_size=2000)
+    for _ in range(40):
+        agent.step()
+        if agent.responses[-1].headers["x-xun-compaction"] != "none":
+            break
+    fake.default = None
+    assert agent.responses[-1].headers["x-xun-compaction"] != "none"
+    return agent

@@ -12,13 +12,13 @@ import json
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME
-from tests.agent import TOOLS, Agent, ModelScript
+from tests.agent import TOOLS
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.reliability.conftest import compacted_agent
 from tests.reliability.rawupstream import chunk, sse
 
 URL = "/chat/completions"
@@ -152,19 +152,6 @@ def test_pass_through_relays_tool_call_deltas_as_sent(
         assert {d["index"] for d in deltas} == {0, 1, 2}
     opened = [d["id"] for d in deltas if d.get("id")]
     assert opened == ["call_0", "call_1", "call_2"]
-
-
-def compacted_agent(fake: FakeUpstream, proxy: Any, client: openai.OpenAI) -> Agent:
-    """An agent whose session has compacted tool results, so the extract tool is injected."""
-    fake.default = ModelScript()
-    agent = Agent(client, output_size=2000)
-    for _ in range(40):
-        agent.step()
-        if agent.responses[-1].headers["x-xun-compaction"] != "none":
-            break
-    fake.default = None
-    assert agent.responses[-1].headers["x-xun-compaction"] != "none"
-    return agent
 
 
 @pytest.mark.parametrize("style", STYLES)
