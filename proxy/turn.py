@@ -34,6 +34,7 @@ from time import monotonic
 from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
+from proxy.economics import Economics
 from proxy.extract_tool import TOOL_DEFINITION, client_defines_tool, inject
 from proxy.merge import merge_states
 from proxy.session import (
@@ -47,7 +48,7 @@ from proxy.session import (
 from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 from proxy.summarizer import PostFn, Summarizer
 
-log = logging.getLogger("xun.turn")
+log = logging.getLogger("proxy.turn")
 
 _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 
@@ -219,6 +220,7 @@ class Turn:
         post: PostFn,
         summary_model: str | None,
         force_tokens: int | None = None,
+        economics: Economics | None = None,
     ) -> None:
         """Run the compactor, under the session's lease, when the size crosses the threshold."""
         if self.rb is None or self._over(threshold, force_tokens) is None:
@@ -232,7 +234,7 @@ class Turn:
                 return  # what another request saved meanwhile already covers this one
             renewer = asyncio.create_task(self._keep_lease(token))
             try:
-                await self._run(compactor, projected, threshold, post, summary_model)
+                await self._run(compactor, projected, threshold, post, summary_model, economics)
             finally:
                 renewer.cancel()
                 await asyncio.wait([renewer])
@@ -248,18 +250,26 @@ class Turn:
         threshold: int,
         post: PostFn,
         summary_model: str | None,
+        economics: Economics | None = None,
     ) -> None:
         assert self.rb is not None
         rb = self.rb
         conv = rb.conversation
         conv.total_tokens = projected
+        shared = getattr(compactor, "summary_shares_prefix", False) and not summary_model
         self.summarizer = Summarizer(
             post=post,
             model=summary_model or str(self.body.get("model") or ""),
-            tools=self.summary_tools(),
+            tools=self.upstream_tools() if shared else self.summary_tools(),
+            # Same model, same tools, same messages as the request about to be sent: the
+            # provider serves the summary request from the prompt cache.
+            prefix=rb.upstream_messages() if shared else None,
         )
         agent = CompactionContext(
-            conversation=conv, summarize=self.summarizer, token_threshold=threshold
+            conversation=conv,
+            summarize=self.summarizer,
+            token_threshold=threshold,
+            economics=economics,
         )
         try:
             report = await compactor.auto_compact(agent)
@@ -272,6 +282,11 @@ class Turn:
             return
         apply_compaction(rb)
         self.reports.append(report.to_dict())
+        if economics is not None:
+            rb.state.accrued = economics.accrued
+        if report.level == "summary" and report.estimated_tokens_after is not None:
+            rb.state.size_after_summary = report.estimated_tokens_after
+            rb.state.removed_by_summary = max(0, projected - report.estimated_tokens_after)
         if report.level != "none":
             self.compaction = (
                 report.level if self.compaction in ("none", "toolcall") else self.compaction
@@ -292,20 +307,33 @@ class Turn:
             base.append(TOOL_DEFINITION)
         return base or None
 
+    def upstream_tools(self) -> Any:
+        """The tools to send upstream, setting `injected` when ours is among them.
+
+        Ours goes last, into every request of a session that has tools of its own (so the
+        provider's cached prefix does not change when the first compaction happens), and
+        into any request once something is compacted.
+        """
+        assert self.rb is not None
+        tools = self.body.get("tools")
+        n = self.body.get("n")
+        has_tools = isinstance(tools, list) and bool(tools)
+        self.injected = (
+            (has_tools or self.rb.state.compacted)
+            and not client_defines_tool(tools)
+            and (n is None or n == 1)
+        )
+        return inject(tools) if self.injected else tools
+
     def upstream_body(self) -> dict[str, Any]:
-        """The client's body with the rebuilt messages and, once anything is compacted, our tool."""
+        """The client's body with the rebuilt messages and, where it applies, our tool."""
         if self.rb is None:
             return self.body
         body = dict(self.body)
         body["messages"] = self.rb.upstream_messages()
-        n = body.get("n")
-        self.injected = (
-            self.rb.state.compacted
-            and not client_defines_tool(body.get("tools"))
-            and (n is None or n == 1)
-        )
-        if self.injected:
-            body["tools"] = inject(body.get("tools"))
+        tools = self.upstream_tools()
+        if tools is not None:
+            body["tools"] = tools
         return body
 
     async def save(self) -> None:
