@@ -1,7 +1,7 @@
 """The `xun-proxy` command: `serve` (the default) runs the proxy; `sessions` inspects a store.
 
     xun-proxy [serve] [--upstream URL] [--port N] [--store URL] ...
-    xun-proxy sessions ls|show|export|rm [--store URL] ...
+    xun-proxy sessions ls|show|export|rm [--store URL] ...   (see proxy.sessions_cli)
 
 Flags only collect values; `proxy.settings.load_settings` merges them with the environment
 and the config file and validates everything, so errors read the same whatever the source.
@@ -13,15 +13,9 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, TextIO
 
-import orjson
-
-from proxy import __version__
+from proxy import __version__, sessions_cli
 from proxy.settings import ConfigError, Settings, load_settings
-from proxy.store import SessionInfo, Store, StoredSession, open_store
 
 COMMANDS = ("serve", "sessions")
 
@@ -79,25 +73,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="debug: allow message content in logs",
     )
 
-    sessions = commands.add_parser("sessions", help="list, show, export or delete sessions")
-    actions = sessions.add_subparsers(dest="action", metavar="{ls,show,export,rm}", required=True)
-    ls = actions.add_parser("ls", help="list sessions, newest first")
-    _add_config_flags(ls)
-    ls.add_argument("--tenant", help="only this tenant's sessions")
-    ls.add_argument("--since", help="only sessions updated after (ISO time or epoch seconds)")
-    ls.add_argument("--limit", type=int, default=100, help="rows per page (default 100)")
-    ls.add_argument("--cursor", help="continue from a previous page")
-    ls.add_argument("--json", action="store_true", help="one JSON object per line")
-    show = actions.add_parser("show", help="a session's metadata and state as JSON")
-    _add_config_flags(show)
-    show.add_argument("id")
-    export = actions.add_parser("export", help="write a session's stored state")
-    _add_config_flags(export)
-    export.add_argument("id")
-    export.add_argument("-o", "--output", type=Path, help="file to write (default stdout)")
-    rm = actions.add_parser("rm", help="delete sessions")
-    _add_config_flags(rm)
-    rm.add_argument("ids", nargs="+", metavar="id")
+    sessions_cli.add_parser(commands, _add_config_flags)
     return parser
 
 
@@ -127,123 +103,6 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
-def _since(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        stamp = datetime.fromisoformat(value)
-        if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=UTC)
-        return stamp.timestamp()
-
-
-def _iso(stamp: float) -> str:
-    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")
-
-
-def _info_row(info: SessionInfo) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "tenant": info.key.tenant,
-        "session": info.key.session,
-        "version": info.version,
-        "updated_at": _iso(info.updated_at),
-        "size": info.size,
-        "meta": info.meta,
-    }
-
-
-def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    columns = ("id", "tenant", "session", "messages", "total_tokens", "updated_at", "size")
-    table: list[tuple[str, ...]] = [columns]
-    for row in rows:
-        values = [row[c] if c in row else row["meta"].get(c) for c in columns]
-        table.append(tuple("" if value is None else str(value) for value in values))
-    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
-    for line in table:
-        out.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
-        out.write("\n")
-
-
-async def _get(store: Store, session_id: str) -> StoredSession:
-    found = await store.get_by_id(session_id)
-    if found is None:
-        raise LookupError(session_id)
-    return found
-
-
-async def _sessions(args: argparse.Namespace, store: Store, out: TextIO) -> int:
-    if args.action == "ls":
-        infos, cursor = await store.list(
-            tenant=args.tenant,
-            updated_after=_since(args.since),
-            limit=args.limit,
-            cursor=args.cursor,
-        )
-        rows = [_info_row(info) for info in infos]
-        if args.json:
-            for row in rows:
-                out.write(orjson.dumps(row).decode() + "\n")
-        else:
-            _print_table(rows, out)
-        if cursor is not None:
-            print(f"more: --cursor {cursor}", file=sys.stderr)
-        return 0
-    if args.action == "show":
-        stored = await _get(store, args.id)
-        try:
-            state: Any = orjson.loads(stored.data)
-        except orjson.JSONDecodeError:
-            state = stored.data.decode("utf-8", "replace")
-        detail = {
-            "id": stored.key.id,
-            "tenant": stored.key.tenant,
-            "session": stored.key.session,
-            "version": stored.version,
-            "updated_at": _iso(stored.updated_at),
-            "meta": stored.meta,
-            "state": state,
-        }
-        out.write(orjson.dumps(detail, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    if args.action == "export":
-        stored = await _get(store, args.id)
-        if args.output is None:
-            out.write(stored.data.decode("utf-8", "replace"))
-            out.write("\n")
-        else:
-            args.output.write_bytes(stored.data)
-        return 0
-    missing = 0
-    for session_id in args.ids:
-        found = await store.get_by_id(session_id)
-        if found is None or not await store.delete(found.key):
-            print(f"xun-proxy: no session {session_id}", file=sys.stderr)
-            missing += 1
-        else:
-            out.write(f"deleted {session_id}\n")
-    return 1 if missing else 0
-
-
-async def _run_sessions(args: argparse.Namespace, out: TextIO) -> int:
-    overrides = {"store_url": args.store_url, "config_file": args.config_file}
-    settings = load_settings(overrides)
-    store = open_store(
-        settings.store_url,
-        max_session_bytes=settings.session_max_bytes,
-        ttl_seconds=settings.session_ttl_seconds,
-    )
-    try:
-        return await _sessions(args, store, out)
-    except LookupError as exc:
-        print(f"xun-proxy: no session {exc.args[0]}", file=sys.stderr)
-        return 1
-    finally:
-        await store.close()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -253,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         if args.command == "sessions":
-            return asyncio.run(_run_sessions(args, sys.stdout))
+            return asyncio.run(sessions_cli.run(args, sys.stdout))
         return _serve(args)
     except ConfigError as exc:
         print(f"xun-proxy: {exc}", file=sys.stderr)
