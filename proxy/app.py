@@ -33,7 +33,7 @@ from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import forward, forward_endpoint
-from proxy.settings import ConfigError, Settings
+from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
 from proxy.upstream import Upstream
@@ -43,6 +43,9 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 _COMPACTOR_FIELDS = ("toolcall_keep_max", "summary_keep_max", "escalation_rounds", "max_retries")
 
 
+DEFAULT_COMPACTOR = "seed"
+
+
 def load_compactor(settings: Settings) -> CompactorAbstract:
     """The compaction strategy: `auto_compact.compactor` by import path, else `AutoCompactor`.
 
@@ -50,9 +53,10 @@ def load_compactor(settings: Settings) -> CompactorAbstract:
     takes them.
     """
     fields = {name: getattr(settings, name) for name in _COMPACTOR_FIELDS}
-    if settings.compactor is None:
+    path = BUILTIN_COMPACTORS.get(settings.compactor or DEFAULT_COMPACTOR, settings.compactor)
+    if path is None or path == BUILTIN_COMPACTORS["seed"]:
         return AutoCompactor(**fields)
-    module_name, _, attr_path = settings.compactor.partition(":")
+    module_name, _, attr_path = path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
         for attr in attr_path.split("."):
@@ -157,8 +161,8 @@ def create_app(
         HTTPException: handle_http_exception,
         Exception: handle_unexpected,
     }
-    drain = Drain()
     metrics = Metrics()
+    drain = Drain()
     app = Starlette(
         routes=routes,
         middleware=[

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from proxy.conversation import Conversation
+    from proxy.economics import Economics
 
 __all__ = [
     "COMPACTED_SYSTEM_PROMPT",
@@ -243,6 +244,8 @@ class CompactionContext:
     conversation: Conversation
     summarize: Summarizer
     token_threshold: int = 192_000
+    # Prices and history for cost-aware strategies; the seed's compactor ignores it.
+    economics: Economics | None = None
 
 
 @dataclass

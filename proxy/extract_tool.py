@@ -16,25 +16,20 @@ import orjson
 EXTRACT_TOOL_NAME = "extract_compacted_tool_result"
 MAX_ID_LENGTH = 512
 
+# Kept short: it is sent with every request of a session that has tools.
 TOOL_DEFINITION: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": EXTRACT_TOOL_NAME,
         "description": (
-            "Return the full original output of an earlier tool call whose result was "
-            "compacted to save context. Call it only when a message reads '[Compacted, ID: ...]' "
-            "and you need that output again; pass the ID shown there."
+            "Return the full output of an earlier tool call shown as '[Compacted, ID: ...]'."
         ),
         "parameters": {
             "type": "object",
             "properties": {
-                "toolcall_id": {
-                    "type": "string",
-                    "description": "The ID shown in the '[Compacted, ID: ...]' placeholder.",
-                }
+                "toolcall_id": {"type": "string", "description": "The ID in the placeholder."}
             },
             "required": ["toolcall_id"],
-            "additionalProperties": False,
         },
     },
 }

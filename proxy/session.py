@@ -68,6 +68,10 @@ class SessionState:
     last_compaction: dict[str, Any] | None = None
     resets: int = 0
     context_window: int | None = None  # learned from the upstream's context-length errors
+    # The cost-aware compactor's memory: savings forgone while waiting, and the last summary.
+    accrued: float = 0.0
+    size_after_summary: int | None = None
+    removed_by_summary: int = 0
     # The client's last messages, compressed, so operators can see what the upstream saw.
     view: str | None = None
 

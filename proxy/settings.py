@@ -38,6 +38,12 @@ class Option:
     flag: str | None = None
 
 
+# The strategies that ship with the proxy, by the short name `auto_compact.compactor` takes.
+BUILTIN_COMPACTORS: Mapping[str, str] = {
+    "seed": "proxy.compact:AutoCompactor",
+    "cache-aware": "proxy.cache_compact:CacheAwareCompactor",
+}
+
 OPTIONS: tuple[Option, ...] = (
     Option("upstream_base_url", "upstream.base_url", "XUN_UPSTREAM", "--upstream"),
     Option("upstream_api_key", "upstream.api_key", "XUN_UPSTREAM_API_KEY", "--upstream-api-key"),
@@ -72,6 +78,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("compactor", "auto_compact.compactor", "XUN_COMPACTOR"),
     Option("max_extract_rounds", "auto_compact.max_extract_rounds", "XUN_MAX_EXTRACT_ROUNDS"),
     Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
+    Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
     Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
@@ -154,6 +161,9 @@ class Settings(BaseSettings):
     compactor: str | None = None
     max_extract_rounds: int = Field(default=4, ge=0)
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
+    # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
+    # compactor's defaults (proxy.economics) apply to models not listed.
+    cache_read_factors: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
 
     admin_key: SecretStr | None = None
     session_headers: list[str] = Field(default_factory=lambda: ["X-Session-Id"], min_length=1)
@@ -210,8 +220,11 @@ class Settings(BaseSettings):
     @field_validator("compactor")
     @classmethod
     def _check_compactor(cls, value: str | None) -> str | None:
-        if value is not None and not _IMPORT_PATH.match(value):
-            raise ValueError('must be an import path like "package.module:ClassName"')
+        if value is not None and value not in BUILTIN_COMPACTORS and not _IMPORT_PATH.match(value):
+            raise ValueError(
+                f"must be one of {', '.join(BUILTIN_COMPACTORS)} "
+                'or an import path like "package.module:ClassName"'
+            )
         return value
 
     @field_validator("log_level", mode="before")
@@ -249,7 +262,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if option.env is None or option.env not in env:
             continue
         raw: Any = env[option.env]
-        if option.field == "context_windows":
+        if option.field in ("context_windows", "cache_read_factors"):
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:

@@ -15,6 +15,10 @@ from typing import Any
 from proxy.compact import SUMMARY_PROMPT
 from proxy.extract_tool import content_text
 
+SHARED_NOTE = (
+    "This is a request from the proxy that manages this conversation's context, not from the "
+    "user: reply with the summary only, in text, without calling any tool."
+)
 SUMMARY_REQUEST = (
     "Write the summary of the conversation above now, in the markdown sections described in "
     "the system message. Output only the summary."
@@ -81,11 +85,25 @@ class Summarizer:
     model: str
     tools: list[dict[str, Any]] | None = None
     max_depth: int = 8
+    # The request as last sent upstream. When set, the summary request repeats it and adds
+    # the instruction at the end, so the provider serves it from its prompt cache.
+    prefix: list[dict[str, Any]] | None = None
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
+    @property
+    def shares_prefix(self) -> bool:
+        return self.prefix is not None
+
     async def __call__(self, messages: list[dict[str, Any]]) -> str | None:
+        if self.prefix is not None:
+            try:
+                summary = await self._shared(self.prefix)
+            except ContextLengthExceeded:
+                summary = None
+            if summary:
+                return summary
         earlier: list[dict[str, Any]] = []
         span = list(messages)
         if span and span[0].get("role") == "system":
@@ -116,6 +134,20 @@ class Summarizer:
         carried = [{"role": "system", "content": f"Summary of the earlier part:\n\n{first}"}]
         return await self._summarize(carried, span[cut:], depth - 1)
 
+    async def _shared(self, prefix: list[dict[str, Any]]) -> str | None:
+        """One request: the cached conversation as sent, then the instruction as a user turn."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                *prefix,
+                {"role": "user", "content": f"{SUMMARY_PROMPT}\n\n{SHARED_NOTE}"},
+            ],
+            "stream": False,
+        }
+        if self.tools:
+            body["tools"] = self.tools  # the same tools as the turns: the cached prefix
+        return await self._send(body)
+
     async def _call(self, earlier: list[dict[str, Any]], span: list[dict[str, Any]]) -> str | None:
         body: dict[str, Any] = {
             "model": self.model,
@@ -130,6 +162,9 @@ class Summarizer:
         if self.tools:
             body["tools"] = self.tools
             body["tool_choice"] = "none"
+        return await self._send(body)
+
+    async def _send(self, body: dict[str, Any]) -> str | None:
         self.calls += 1
         reply = await self.post(body)
         usage = reply.get("usage") or {}

@@ -34,8 +34,14 @@ SYSTEM = "You are a careful coding agent. Follow the repository's conventions."
 
 
 def is_summary_request(body: dict[str, Any]) -> bool:
+    """The proxy's summary calls: the prompt leads (seed) or ends the request (cache-aware)."""
     messages = body.get("messages") or []
-    return bool(messages) and messages[0].get("content") == SUMMARY_PROMPT
+    if not messages:
+        return False
+    last = messages[-1].get("content")
+    return messages[0].get("content") == SUMMARY_PROMPT or (
+        isinstance(last, str) and last.startswith(SUMMARY_PROMPT)
+    )
 
 
 def summary_count(requests: list[Any]) -> int:

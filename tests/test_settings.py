@@ -317,8 +317,8 @@ def test_error_names_the_yaml_key(tmp_path: Path) -> None:
         (
             {},
             {"XUN_COMPACTOR": "not a path"},
-            'auto_compact.compactor: Value error, must be an import path like "package.module:'
-            'ClassName" (from XUN_COMPACTOR)',
+            "auto_compact.compactor: Value error, must be one of seed, cache-aware or an import"
+            ' path like "package.module:ClassName" (from XUN_COMPACTOR)',
         ),
     ],
 )

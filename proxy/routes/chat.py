@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
+from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamError
 from proxy.extract_tool import answer
 from proxy.relay import StreamRound, usage_sum, visible_message
@@ -143,9 +144,30 @@ class ChatHandler:
                 post=self.post_summary,
                 summary_model=self.settings.summary_model,
                 force_tokens=force_tokens,
+                economics=self.economics(force=force_tokens is not None),
             )
             if self.turn.compaction in ("toolcall", "summary"):
                 await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def economics(self, *, force: bool = False) -> Economics | None:
+        """What the session's prompt cache is worth, for cost-aware compactors."""
+        rb = self.turn.rb
+        if rb is None:
+            return None
+        state = rb.state
+        model = str(self.client_body.get("model") or "")
+        window = state.context_window or self.settings.context_windows.get(model)
+        observed = observed_hit_ratio(state.turns)
+        return Economics(
+            cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
+            hit_ratio=1.0 if observed is None else observed,
+            turns=len(state.turns),
+            # A refusal for length means the window is reached: compact whatever it costs.
+            context_window=1 if force else window,
+            size_after_summary=state.size_after_summary,
+            removed_by_summary=state.removed_by_summary,
+            accrued=state.accrued,
+        )
 
     def upstream_body(self) -> dict[str, Any]:
         body = self.turn.upstream_body()

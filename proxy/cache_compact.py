@@ -1,0 +1,237 @@
+"""A compaction strategy that decides when and how much by cost, prompt cache included.
+
+It keeps the seed's mechanisms (reclaimed tool results behind placeholders, an eight-section
+summary in the system message) and changes the decisions:
+
+- budgets in tokens, not only counts: the newest tool results kept whole and the kept tail
+  are bounded by a share of the threshold, so one huge message cannot keep the prompt over;
+- hysteresis: once it fires it compacts down to a target well below the threshold, so the
+  next compaction is many turns away;
+- break-even: a compaction runs only when the tokens it removes, billed at the cached price
+  over the expected remaining turns, outweigh re-sending the rewritten part uncached plus the
+  summary call; otherwise it waits, but never past the model's window (the hard ceiling);
+- no loops: no new summary until the session grew by more than the last one removed.
+
+Pure: the summariser is injected, prices and history come in an `Economics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from proxy.compact import (
+    CompactionAgent,
+    CompactionReport,
+    CompactorAbstract,
+    ToolCallCompactResult,
+    plan_cut,
+)
+from proxy.conversation import Conversation
+from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
+from proxy.economics import Economics
+
+SUMMARY_OUTPUT_TOKENS = 1024
+SUMMARY_INSTRUCTION_TOKENS = 450
+PLACEHOLDER_CHARS = 160
+
+
+def message_chars(param: dict[str, Any]) -> int:
+    """Characters a model reads in one message: text, tool-call names and arguments, reasoning."""
+    total = len(content_to_text(param.get("content")))
+    for name in ("reasoning", "reasoning_content"):
+        value = param.get(name)
+        if isinstance(value, str):
+            total += len(value)
+    for call in param.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            total += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
+    return total
+
+
+@dataclass
+class Plan:
+    """One way to compact, with its price."""
+
+    level: Literal["toolcall", "summary"]
+    reclaim: list[int]
+    keep_recent: int | None
+    removed: float
+    rewrite: float
+    summary_cost: float = 0.0
+    after: float = 0.0
+
+    def cost(self, econ: Economics) -> float:
+        return econ.rewrite_cost(self.rewrite) + self.summary_cost
+
+    def net(self, econ: Economics, horizon: float) -> float:
+        return econ.saving_per_turn(self.removed) * horizon - self.cost(econ)
+
+
+@dataclass
+class _Sizes:
+    """Token estimates per message: the known total spread over the measured characters."""
+
+    conversation: Conversation
+    total: int
+    tokens: list[float] = field(default_factory=list)
+    per_char: float = 0.25
+
+    def __post_init__(self) -> None:
+        chars = [message_chars(m.completion_param()) for m in self.conversation.messages]
+        self.per_char = self.total / max(1, sum(chars))
+        self.tokens = [c * self.per_char for c in chars]
+
+    def placeholder_tokens(self, index: int) -> float:
+        return min(self.tokens[index], PLACEHOLDER_CHARS * self.per_char)
+
+
+@dataclass
+class CacheAwareCompactor(CompactorAbstract):
+    """Compacts by cost; see the module docstring. Fields are shares of the threshold."""
+
+    target_ratio: float = 0.3
+    tail_ratio: float = 0.15
+    keep_tool_ratio: float = 0.1
+    toolcall_keep_max: int = 12
+    # Compact once the savings forgone while waiting reach this multiple of the cost.
+    patience: float = 2.0
+    # Plans are compared by what they save over this many turns (at least), net of cost.
+    min_horizon: float = 4.0
+    shares_prefix: bool | None = None
+    # Ask the proxy for summary requests that repeat the cached conversation (see Summarizer).
+    summary_shares_prefix: ClassVar[bool] = True
+
+    async def auto_compact(self, agent: CompactionAgent) -> CompactionReport:
+        conv = agent.conversation
+        threshold = agent.token_threshold
+        total = conv.total_tokens
+        report = CompactionReport("none", tokens_before=total, estimated_tokens_after=total)
+        if total is None or total <= threshold:
+            return report
+        econ: Economics = getattr(agent, "economics", None) or Economics()
+        sizes = _Sizes(conv, total)
+        forced = total >= econ.ceiling()
+        reclaim = self._reclaim_plan(sizes, threshold)
+        plans: list[Plan] = [reclaim]
+        if forced or econ.may_summarize(total):
+            summary = self._summary_plan(sizes, threshold, reclaim, agent, econ)
+            if summary is not None:
+                plans.append(summary)
+        useful = [p for p in plans if p.removed > 0]
+        if not useful:
+            return report
+        if forced:
+            chosen = min(useful, key=lambda p: p.after)
+        else:
+            # The plan that would pay back the most over the coming turns (the session's age
+            # is the best guess of its future), then wait until it has earned its price.
+            horizon = max(self.min_horizon, float(econ.turns))
+            chosen = max(useful, key=lambda p: p.net(econ, horizon))
+            earned = econ.accrued + econ.saving_per_turn(chosen.removed)
+            if earned < self.patience * chosen.cost(econ):
+                econ.accrued = earned  # not worth it yet: the cache is cheaper than a rewrite
+                return report
+        econ.accrued = 0.0
+        return await self._apply(chosen, agent, report, sizes)
+
+    def _tool_indices(self, conv: Conversation) -> list[int]:
+        return [
+            i
+            for i, m in enumerate(conv.messages)
+            if isinstance(m, RawOpenAIMessage)
+            and m.role == "tool"
+            and m.key is not None
+            and not content_to_text(m.content).startswith("[Compacted, ID: ")
+        ]
+
+    def _reclaim_plan(self, sizes: _Sizes, threshold: int) -> Plan:
+        conv = sizes.conversation
+        candidates = self._tool_indices(conv)
+        protected: set[int] = set()
+        budget = threshold * self.keep_tool_ratio
+        used = 0.0
+        for i in reversed(candidates):
+            if protected and (
+                len(protected) >= self.toolcall_keep_max or used + sizes.tokens[i] > budget
+            ):
+                break
+            protected.add(i)
+            used += sizes.tokens[i]
+        reclaim = [i for i in candidates if i not in protected]
+        removed = sum(sizes.tokens[i] - sizes.placeholder_tokens(i) for i in reclaim)
+        rewrite = sum(sizes.tokens[reclaim[0] :]) - removed if reclaim else 0.0
+        return Plan("toolcall", reclaim, None, removed, rewrite, after=sizes.total - removed)
+
+    def _summary_plan(
+        self,
+        sizes: _Sizes,
+        threshold: int,
+        reclaim: Plan,
+        agent: CompactionAgent,
+        econ: Economics,
+    ) -> Plan | None:
+        conv = sizes.conversation
+        tokens = list(sizes.tokens)
+        for i in reclaim.reclaim:
+            tokens[i] = sizes.placeholder_tokens(i)
+        roles = [m.role for m in conv.messages]
+        budget = threshold * self.tail_ratio
+        keep, used = 0, 0.0
+        for i in range(len(roles) - 1, -1, -1):
+            if roles[i] == "system" and isinstance(conv.messages[i], SystemPrompt):
+                break
+            if keep and used + tokens[i] > budget:
+                break
+            keep += 1
+            used += tokens[i]
+        cut = plan_cut(roles, keep)
+        if cut is None:
+            return None
+        kept = set(cut.kept_indices(len(roles)))
+        preamble = set(range(cut.preamble))
+        after = sum(tokens[i] for i in kept | preamble) + SUMMARY_OUTPUT_TOKENS
+        shares = self.shares_prefix
+        if shares is None:
+            shares = bool(getattr(agent.summarize, "shares_prefix", False))
+        if shares:
+            summary_prompt = sizes.total * econ.effective_price
+        else:
+            summary_prompt = sum(tokens[i] for i in cut.summarized_indices())
+        summary_cost = summary_prompt + SUMMARY_INSTRUCTION_TOKENS + SUMMARY_OUTPUT_TOKENS
+        return Plan(
+            "summary",
+            reclaim.reclaim,
+            keep,
+            removed=sizes.total - after,
+            rewrite=after,
+            summary_cost=summary_cost,
+            after=after,
+        )
+
+    async def _apply(
+        self, plan: Plan, agent: CompactionAgent, report: CompactionReport, sizes: _Sizes
+    ) -> CompactionReport:
+        conv = sizes.conversation
+        before_len = conv.estimated_message_length()
+        keys = [k for i in plan.reclaim if (k := getattr(conv.messages[i], "key", None))]
+        count = conv.reclaim(keys)
+        conv.compaction_counter.toolcall_reclaimed += count
+        fraction = (before_len - conv.estimated_message_length()) / before_len if before_len else 0
+        report.toolcall_results.append(ToolCallCompactResult(count, fraction))
+        if count:
+            report.level = "toolcall"
+            conv.compaction_counter.toolcall_rounds += 1
+        estimate = int(
+            sizes.total - sum(sizes.tokens[i] - sizes.placeholder_tokens(i) for i in plan.reclaim)
+        )
+        if plan.level == "summary" and plan.keep_recent is not None:
+            result = await conv.acompact(agent.summarize, plan.keep_recent)
+            report.summary_results.append(result)
+            if result.ok:
+                report.level = "summary"
+                estimate = int(plan.after)
+        conv.total_tokens = None if report.level == "summary" else estimate
+        report.estimated_tokens_after = estimate
+        return report
