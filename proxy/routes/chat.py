@@ -347,6 +347,7 @@ class ChatHandler:
             extract_calls=self.extract_calls,
             degraded=self.turn.degraded,
             store_errors=self.turn.store_errors,
+            lease=self.turn.lease,  # compaction lease: none, held, waited, timeout, error
         )
 
     # -- streaming ----------------------------------------------------------------------
