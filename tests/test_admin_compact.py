@@ -201,3 +201,13 @@ def test_manual_compactions_are_counted(compacted: Compacted) -> None:
         'xun_compactions_total{level="toolcall",outcome="nothing_to_condense",trigger="manual"} 1.0'
         in text
     )
+
+
+def test_summary_with_nothing_to_condense_calls_nobody(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any
+) -> None:
+    c = compacted_session(fake_upstream, make_proxy, openai_client, upstream_api_key=UPSTREAM_KEY)
+    calls = len(fake_upstream.chat_requests)
+    result = c.post("/compact", json={"mode": "summary", "model": "gpt-4o", "keep": 500}).json()
+    assert result["status"] == "nothing_to_condense" and result["changed"] is False
+    assert len(fake_upstream.chat_requests) == calls

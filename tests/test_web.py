@@ -121,7 +121,8 @@ def test_viewer_shows_a_compacted_session(browser: Any, session: Compacted) -> N
     assert after["marks"] == before["marks"] + 1
     assert page.locator("#chart .compaction-mark.mark-manual").count() == 1
     assert page.locator(".msg.placeholder").count() == placeholders_before + 2
-    assert "Reclaimed 2 tool result(s)" in page.text_content("#status")
+    # The outcome is reported once the list has been refreshed too.
+    page.wait_for_selector("#status:has-text('Reclaimed 2 tool result(s)')")
     page.hover("#chart .point-manual")
 
     ARTIFACTS.mkdir(exist_ok=True)
