@@ -53,7 +53,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         # A real session for the generated requests to collide with.
         seed = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
         headers = {"authorization": "Bearer sk-a", "x-session-id": "s1"}
-        assert httpx.post(server.url + "/v1/chat/completions", json=seed, headers=headers)
+        response = httpx.post(server.url + "/v1/chat/completions", json=seed, headers=headers)
+        assert response.status_code == 200
         yield server.url, db, handler
     finally:
         if server is not None:
