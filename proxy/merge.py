@@ -80,6 +80,10 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
         hidden=_hidden(mine, theirs, cut),
         turns=_turns(mine, theirs),
         last_compaction=theirs.last_compaction,
+        # What their compaction measured and reset belongs with it.
+        size_after_summary=theirs.size_after_summary,
+        removed_by_summary=theirs.removed_by_summary,
+        accrued=theirs.accrued,
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
     )

@@ -12,8 +12,9 @@ it runs and released once its result is saved, so one state is never summarised 
   seconds), re-reading the state whenever its version moves; once the holder's compaction
   is saved it usually applies to this request too, which then goes upstream without
   compacting again;
-- a request that gets the lease after waiting, and finds the state unchanged, leaves it:
-  the holder tried that state and failed or found nothing to do;
+- a request that gets the lease after waiting, and finds the state unchanged, leaves it when
+  the holder released it (it tried that state and failed or found nothing to do), and
+  compacts when the lease had run down unrenewed first (its holder died);
 - a request that cannot get the lease in time goes upstream without compacting.
 
 Saves are compare-and-set. On a `VersionConflict` the writer re-reads the stored state and
@@ -52,7 +53,9 @@ log = logging.getLogger("proxy.turn")
 
 _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 
-LEASE_TTL_S = 30.0  # renewed every third of it while the compaction runs
+# A lease lasts a few seconds and is renewed every quarter of that while the compaction runs:
+# the lease of a process that died is free again soon, and is seen running down before that.
+LEASE_TTL_S = 4.0
 LEASE_WAIT_S = 60.0  # how long a request waits for another one's compaction
 SAVE_ATTEMPTS = 10  # compare-and-set rounds before a turn gives up saving
 TURNS_KEPT_WHEN_TOO_LARGE = 20
@@ -97,7 +100,7 @@ class Turn:
     store_errors: int = 0
     lease_ttl: float = LEASE_TTL_S
     lease_wait: float = LEASE_WAIT_S
-    # How the compaction lease went: none, held, waited, timeout or error.
+    # How the compaction lease went: none, held, waited, abandoned, timeout or error.
     lease: str = "none"
     saved: bytes | None = field(default=None, init=False, repr=False)
 
@@ -157,13 +160,17 @@ class Turn:
         delay = 0.01
         seen: int | None = None  # the version when the lease was first found taken
         waited = False
+        left: float | None = None  # the holder's lease time left, when last looked at
         try:
             while True:
                 token = await self.store.acquire(self.key, self.lease_ttl)
                 if token is not None:
-                    return await self._holding(token, waited, seen)
+                    # A live holder renews: a lease seen below half its time was abandoned.
+                    abandoned = left is not None and left < self.lease_ttl / 2
+                    return await self._holding(token, waited, seen, abandoned)
                 if not waited:
                     waited, seen = True, self.version
+                left = await self.store.lease_left(self.key) or left
                 if monotonic() >= deadline:
                     self.lease = "timeout"
                     log.warning(
@@ -181,15 +188,17 @@ class Turn:
             self.lease = "error"
             return None
 
-    async def _holding(self, token: str, waited: bool, seen: int | None) -> str | None:
+    async def _holding(
+        self, token: str, waited: bool, seen: int | None, abandoned: bool
+    ) -> str | None:
         """Just took the lease: re-read the state, and keep the lease if there is work."""
-        self.lease = "waited" if waited else "held"
+        self.lease = "abandoned" if abandoned else "waited" if waited else "held"
         try:
             await self._refresh()  # a compaction saved since this request's read counts
         except StoreError:
             await self._release(token)
             raise
-        if waited and self.version == seen:
+        if waited and not abandoned and self.version == seen:
             # The holder had this very state and left it as it was (it failed, or found
             # nothing to do): trying again right away would repeat its work.
             await self._release(token)
@@ -204,7 +213,7 @@ class Turn:
 
     async def _keep_lease(self, token: str) -> None:
         while True:
-            await asyncio.sleep(self.lease_ttl / 3)
+            await asyncio.sleep(self.lease_ttl / 4)
             try:
                 if not await self.store.renew(self.key, token, self.lease_ttl):
                     log.warning("compaction lease lost; another request may compact too")

@@ -153,6 +153,13 @@ class Store(Protocol):
         """Give the lease back; does nothing when `token` no longer holds it."""
         ...
 
+    async def lease_left(self, key: SessionKey) -> float | None:
+        """Seconds until the session's lease expires; None when nobody holds it.
+
+        A live holder keeps renewing, so a lease seen running down was abandoned.
+        """
+        ...
+
     async def ping(self) -> bool:
         """Whether the store answers; never raises."""
         ...

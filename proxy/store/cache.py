@@ -211,6 +211,9 @@ class CachedStore:
     async def release(self, key: SessionKey, token: str) -> None:
         await self.inner.release(key, token)
 
+    async def lease_left(self, key: SessionKey) -> float | None:
+        return await self.inner.lease_left(key)
+
     async def ping(self) -> bool:
         return await self.inner.ping()
 

@@ -149,6 +149,11 @@ class MemoryStore:
             if held is not None and held[0] == token:
                 del self._leases[key.id]
 
+    async def lease_left(self, key: SessionKey) -> float | None:
+        held = self._leases.get(key.id)
+        left = None if held is None else held[1] - monotonic()
+        return left if left is not None and left > 0 else None
+
     async def ping(self) -> bool:
         return True
 

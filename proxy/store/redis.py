@@ -423,6 +423,11 @@ class RedisStore:
         with self._errors():
             await self._release(keys=[self._lease_key(key)], args=[token])
 
+    async def lease_left(self, key: SessionKey) -> float | None:
+        with self._errors():
+            ms = int(await self._client.pttl(self._lease_key(key)))
+        return None if ms == -2 else (float("inf") if ms < 0 else ms / 1000)
+
     async def ping(self) -> bool:
         try:
             return bool(await self._client.ping())

@@ -280,6 +280,14 @@ class SQLiteStore:
 
         await self._run(drop)
 
+    async def lease_left(self, key: SessionKey) -> float | None:
+        def read(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute("SELECT expires FROM leases WHERE id = ?", (key.id,)).fetchone()
+            left = None if row is None else float(row[0]) - wall_clock()
+            return left if left is not None and left > 0 else None
+
+        return await self._run(read)
+
     async def ping(self) -> bool:
         try:
             await self._run(lambda conn: conn.execute("SELECT 1").fetchone())

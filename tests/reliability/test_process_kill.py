@@ -183,11 +183,11 @@ def test_kill_during_a_summary_call_keeps_the_previous_state(
 
     proxy = restart(spawn_proxy, proxy, db)
     agent.client = client_for(proxy)
-    # The retried turn is served: the old summary still applies. (It first waits out the
-    # compaction lease the killed process held: see the xfail test below.)
+    # The retried turn is served, from the state the killed process left; the compaction
+    # lease it held runs down unrenewed, so the turn takes it over and summarises again.
     agent.step()
-    assert before.summary in last_model_request(fake_upstream)["messages"][0]["content"]
-    for _ in range(5):  # and the session summarises again when it next needs to
+    assert "<conversation_summary>" in last_model_request(fake_upstream)["messages"][0]["content"]
+    for _ in range(5):  # the session has summarised again (at the latest when it next needs to)
         if stored(db)[1].summary_rounds > before.summary_rounds:
             break
         agent.step()
@@ -197,11 +197,6 @@ def test_kill_during_a_summary_call_keeps_the_previous_state(
     agent.client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a compaction lease held by a killed process blocks the session's next turn for "
-    "the lease TTL (30 s) and that turn then skips compaction (proxy/turn.py _take_lease)",
-)
 def test_turn_after_a_kill_during_compaction_does_not_wait_for_the_dead_lease(
     fake_upstream: FakeUpstream, spawn_proxy: SpawnProxy, summarised: Any
 ) -> None:
@@ -210,7 +205,7 @@ def test_turn_after_a_kill_during_compaction_does_not_wait_for_the_dead_lease(
     proxy = restart(spawn_proxy, proxy, db)
     agent.client = client_for(proxy, timeout=5)
     try:
-        agent.step()  # today: times out, waiting for the dead holder's lease
+        agent.step()  # the dead holder's lease runs down within seconds, then is taken over
         assert stored(db)[1].summary_rounds == before.summary_rounds + 1
     finally:
         agent.client.close()

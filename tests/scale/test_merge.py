@@ -52,6 +52,7 @@ def test_same_compaction_same_prefix_writes_mine_with_both_turns() -> None:
 def test_never_drops_their_summary_when_it_fits() -> None:
     msgs = history(12)
     theirs = turn_state(msgs[:-2], summary="THEIR SUMMARY", at=1.0)
+    theirs.size_after_summary, theirs.removed_by_summary = 1234, 5678
     mine = turn_state(msgs, at=2.0)  # a longer history, written without the summary
     assert compaction_rank(theirs) > compaction_rank(mine)
     chain, keys = mine_of(msgs)
@@ -60,6 +61,7 @@ def test_never_drops_their_summary_when_it_fits() -> None:
     assert merged.summary == "THEIR SUMMARY"
     assert (merged.cut, merged.cut_hash) == (theirs.cut, theirs.cut_hash)
     assert merged.summary_rounds == theirs.summary_rounds
+    assert merged.size_after_summary == theirs.size_after_summary
     # My prefix and usage are kept: the longer prefix wins.
     assert (merged.prefix_len, merged.prefix_hash) == (mine.prefix_len, mine.prefix_hash)
     # A later request of my history rebuilds with their summary.

@@ -125,6 +125,18 @@ async def test_a_holder_that_changed_nothing_is_not_repeated(store: Store) -> No
     assert await store.acquire(KEY, 30)  # and it gave the lease back
 
 
+async def test_an_abandoned_lease_is_taken_over_and_compacted(store: Store) -> None:
+    msgs = history()
+    await seed(store, msgs)
+    dead = await store.acquire(KEY, 0.8)  # its holder died: never renewed, never released
+    assert dead
+    summaries = Summaries()
+    turn = await loaded(store, msgs, lease_ttl=1.0)
+    await compact(turn, summaries)
+    assert (turn.compaction, turn.lease, summaries.calls) == ("summary", "abandoned", 1)
+    assert (await stored(store)).summary == "SUMMARY 1"
+
+
 async def test_the_lease_is_renewed_while_a_slow_summary_runs(store: Store) -> None:
     msgs = history()
     await seed(store, msgs)

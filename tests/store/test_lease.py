@@ -57,6 +57,25 @@ async def test_renew_keeps_a_lease_alive(store: Store) -> None:
     assert await store.acquire(KEY, 30) is None
 
 
+async def test_lease_left_runs_down_and_renews(store: Store) -> None:
+    assert await store.lease_left(KEY) is None
+    token = await store.acquire(KEY, 2)
+    assert token
+    first = await store.lease_left(KEY)
+    assert first is not None and 1.5 < first <= 2
+    await asyncio.sleep(0.3)
+    later = await store.lease_left(KEY)
+    assert later is not None and later < first - 0.2
+    assert await store.renew(KEY, token, 2)
+    renewed = await store.lease_left(KEY)
+    assert renewed is not None and renewed > later
+    await store.release(KEY, token)
+    assert await store.lease_left(KEY) is None
+    assert await store.acquire(KEY, 0.05)
+    await asyncio.sleep(0.15)
+    assert await store.lease_left(KEY) is None  # expired
+
+
 async def test_racing_acquirers_get_one_lease(store: Store) -> None:
     tokens = await asyncio.gather(*(store.acquire(KEY, 30) for _ in range(20)))
     assert sum(token is not None for token in tokens) == 1
