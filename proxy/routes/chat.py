@@ -76,6 +76,11 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(
             "'messages' must be a list of messages.", param="messages", code="invalid_type"
         )
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest(
+            "'stream_options' must be an object.", param="stream_options", code="invalid_type"
+        )
     return body
 
 
@@ -271,7 +276,7 @@ class ChatHandler:
         while True:
             resp, error = await self.open_checked(body, first_round=rounds == 0)
             if error is not None:
-                await self.finish(None)
+                await self.finish(None, save=False)
                 return error
             assert resp is not None
             try:
@@ -283,7 +288,7 @@ class ChatHandler:
             try:
                 completion = orjson.loads(raw)
             except orjson.JSONDecodeError:
-                await self.finish(None)
+                await self.finish(None, save=False)
                 return Response(raw, status_code=resp.status_code, headers=self.response_headers())
             usages.append(completion.get("usage") or {})
             choice = (completion.get("choices") or [{}])[0]
@@ -318,10 +323,15 @@ class ChatHandler:
         if self.turn.rb is not None:
             add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
 
-    async def finish(self, usage: dict[str, Any] | None) -> None:
-        """Record the turn's usage, save the state, and note what happened for logs/metrics."""
+    async def finish(self, usage: dict[str, Any] | None, *, save: bool = True) -> None:
+        """Record the turn's usage, save the state, and note what happened for logs/metrics.
+
+        A turn the upstream refused saves nothing: its history may diverge from the stored
+        one (a bad request, a retry), and the session must not start over for it. What a
+        compaction decided was already saved when it ran.
+        """
         rb = self.turn.rb
-        if rb is not None:
+        if rb is not None and save:
             if usage:
                 details = usage.get("prompt_tokens_details") or {}
                 record_turn(
@@ -355,7 +365,7 @@ class ChatHandler:
         body = self.upstream_body()
         resp, error = await self.open_checked(body)
         if error is not None:
-            await self.finish(None)
+            await self.finish(None, save=False)
             return error
         assert resp is not None
         headers = {**SSE_HEADERS, **self.response_headers()}

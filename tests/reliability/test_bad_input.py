@@ -174,11 +174,6 @@ def test_a_request_the_upstream_rejects_leaves_the_session_state_alone_when_it_c
     assert after.prefix_len == before.prefix_len
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chat.py saves the session state after an upstream error answer, so a rejected "
-    "request with a diverging history resets the session and its compaction is lost",
-)
 def test_a_rejected_diverging_request_does_not_reset_the_session(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, openai_client: Any, tmp_path: Path
 ) -> None:
@@ -194,10 +189,6 @@ def test_a_rejected_diverging_request_does_not_reset_the_session(
     assert after == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chat.py: a non-object stream_options raises AttributeError/ValueError (500)",
-)
 @pytest.mark.parametrize("options", ["x", [1], 5])
 def test_stream_options_of_the_wrong_type_is_a_400(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, options: Any
