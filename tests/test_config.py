@@ -59,7 +59,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "compactor": ("a.f:C", "a.e:C", "a.g:C", "a.f:C", "a.e:C", "a.g:C"),
     "max_extract_rounds": (1, "2", 3, 1, 2, 3),
     "context_windows": ({"m": 1}, '{"m": 2}', {"m": 3}, {"m": 1}, {"m": 2}, {"m": 3}),
-    "cache_read_factors": ({"m": .1}, '{"m": .2}', {"m": .3}, {"m": .1}, {"m": .2}, {"m": .3}),
+    "cache_read_factors": ({"m": 0.1}, '{"m":0.2}', {"m":0.3}, {"m": 0.1}, {"m": 0.2}, {"m": 0.3}),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
     "log_level": ("error", "WARNING", "debug", "error", "warning", "debug"),
