@@ -17,8 +17,9 @@ default). The replay upstream reports usage counted with tiktoken o200k_base (se
 `tests.bench.tokens`), answers the proxy's summary requests with a DETERMINISTIC LOCAL
 summariser (`tests.bench.local_summary`), and treats the longest common prefix (tools block,
 then whole messages) with the same session's previous request as cached. Cache-aware cost =
-uncached prompt tokens + cache factor x cached tokens + summary calls' prompt and completion
-tokens (the summary calls are counted as uncached input, at 1x).
+uncached prompt tokens + cache factor x cached prompt tokens + completion tokens of the summary
+calls, over the turns and the summary calls (a summary call is cached by the same rule against
+the session's previous turn, and does not replace it).
 
 After each trajectory the client sends one extra probe request (not counted): the upstream
 asks, through the proxy's extract tool, for every tool result it ever saw as a placeholder,
@@ -46,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.compact import PLACEHOLDER_TEMPLATE, SUMMARY_PROMPT
+from proxy.compact import PLACEHOLDER_TEMPLATE
 from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
 from proxy.session import reclaim_keys
 from tests.bench import local_summary, peers
@@ -135,12 +136,15 @@ class ReplayUpstream:
         messages = body.get("messages") or []
         prompt, seq = self.counter.request(body)
         record: dict[str, Any] = {"cfg": cfg, "ti": ti, "turn": turn, "prompt": prompt, "cached": 0}
-        if messages and messages[0].get("content") == SUMMARY_PROMPT:
+        if local_summary.is_summary_request(messages):
+            # Cached like a turn (a summary that reuses the session's prefix gets the cache),
+            # but it does not become the session's previous request.
             text = local_summary.summarise(messages, self.counter.count)
-            record.update(kind="summary", completion=self.counter.count(text))
+            cached = cached_prefix(self.previous.get((cfg, ti)), seq)
+            record.update(kind="summary", cached=cached, completion=self.counter.count(text))
             self.records.append(record)
             return completion(
-                {"role": "assistant", "content": text}, prompt, 0, record["completion"]
+                {"role": "assistant", "content": text}, prompt, cached, record["completion"]
             )
         if turn == "probe":
             return self.probe(cfg, ti, messages, prompt)
@@ -309,6 +313,7 @@ def account(
                 "cached": 0,
                 "summary_calls": 0,
                 "summary_prompt": 0,
+                "summary_cached": 0,
                 "summary_completion": 0,
                 "level1": 0,
                 "level2": 0,
@@ -322,6 +327,7 @@ def account(
         if rec["kind"] == "summary":
             row["summary_calls"] += 1
             row["summary_prompt"] += rec["prompt"]
+            row["summary_cached"] += rec["cached"]
             row["summary_completion"] += rec["completion"]
         elif rec["kind"] == "turn":
             row["turns"] += 1
@@ -349,9 +355,8 @@ def account(
             row["summary_tokens"] = row["summary_prompt"] + row["summary_completion"]
             row["billed"] = row["prompt"] + row["summary_tokens"]
             for f in factors:
-                row[f"cost_{f}"] = round(
-                    row["prompt"] - row["cached"] + f * row["cached"] + row["summary_tokens"], 1
-                )
+                cached = row["cached"] + row["summary_cached"]
+                row[f"cost_{f}"] = round(row["billed"] - cached + f * cached, 1)
             probe = upstream.probes.get((cfg.name, ti))
             if probe is not None:
                 row["probe"] = probe
@@ -392,6 +397,7 @@ SUM_FIELDS = (
     "cached",
     "summary_calls",
     "summary_prompt",
+    "summary_cached",
     "summary_completion",
     "summary_tokens",
     "billed",
@@ -661,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         "summariser": local_summary.LABEL,
         "cache_factors": factors,
         "cache_model": "longest common prefix with the session's previous request, in whole blocks "
-        "(the tools block, then messages); summary calls uncached",
+        "(the tools block, then messages); summary calls get the same rule against the session's "
+        "previous request, their completion tokens count at 1x",
         "configs": {
             c.name: {
                 "kind": c.kind,

@@ -13,7 +13,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from proxy.compact import SUMMARY_MAX_TOKENS
+from proxy.compact import SUMMARY_MAX_TOKENS, SUMMARY_PROMPT
+
+
+def is_summary_request(messages: list[dict[str, Any]]) -> bool:
+    """The proxy's summary requests: SUMMARY_PROMPT as the first message (a standalone
+    request), or as the start of the last user message (a request that reuses the session's
+    cached prefix and appends the instruction)."""
+    if not messages:
+        return False
+    if _text(messages[0].get("content")) == SUMMARY_PROMPT:
+        return True
+    last = messages[-1]
+    return last.get("role") == "user" and _text(last.get("content")).startswith(SUMMARY_PROMPT)
+
 
 LABEL = "deterministic local summariser (key lines: first line of each message + path/error lines)"
 PATH = re.compile(
@@ -58,9 +71,11 @@ def key_lines(messages: list[dict[str, Any]]) -> list[str]:
 
 def summarise(messages: list[dict[str, Any]], count: Callable[[str], int]) -> str:
     """The summary text for a summary request's messages (instruction messages included)."""
-    body = messages[1:]  # [0] is the instruction (SUMMARY_PROMPT)
+    body = list(messages)
+    if body and _text(body[0].get("content")) == SUMMARY_PROMPT:
+        body = body[1:]  # the instruction first, as a system message
     if body and body[-1].get("role") == "user":
-        body = body[:-1]  # the closing request to write the summary
+        body = body[:-1]  # the closing request to write the summary (or the instruction)
     lines = key_lines(body)
     users = [m for m in body if m.get("role") == "user"]
     body_count = sum(1 for m in body if m.get("role") != "system")

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
+import ssl
 import sys
 import time
 import uuid
@@ -148,40 +150,56 @@ async def run_slice(
 ) -> None:
     """`concurrency` workers send `payload` for `seconds` (bounded count); record into samples."""
     url = target.url + "/v1/chat/completions"
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(REQUEST_TIMEOUT)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        deadline = time.perf_counter() + seconds
-        count = itertools.count()
+    # One client (one connection) per worker: httpx's shared pool slows down sharply as
+    # concurrency grows (pool bookkeeping per request), which would cap every target alike
+    # and hide the differences. The clients share one SSL context: loopback is plain HTTP,
+    # and building a context per client costs ~20 ms.
+    clients = [
+        httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            timeout=httpx.Timeout(REQUEST_TIMEOUT),
+            verify=ssl_context(),
+        )
+        for _ in range(concurrency)
+    ]
+    deadline = time.perf_counter() + seconds
+    count = itertools.count()
 
-        async def worker(w: int) -> None:
-            while time.perf_counter() < deadline and next(count) < MAX_PER_SLICE:
-                headers = headers_for(target, w, cell, threshold)
-                try:
-                    latency, ttfb, resp_headers = await one_request(
-                        client, url, payload, headers, stream
-                    )
-                except (httpx.HTTPError, RuntimeError) as exc:
-                    if samples is not None:
-                        samples.errors += 1
-                        samples.error_example = samples.error_example or repr(exc)[:300]
-                    await asyncio.sleep(0.05)  # a failing target must not spin
-                    continue
-                if samples is None:
-                    continue
-                samples.latency.append(latency)
-                if ttfb is not None:
-                    samples.ttfb.append(ttfb)
-                if (
-                    target.session == "request"
-                    and resp_headers.get("x-xun-compaction") != "toolcall"
-                ):
-                    samples.wrong_compaction += 1
+    async def worker(w: int) -> None:
+        client = clients[w]
+        while time.perf_counter() < deadline and next(count) < MAX_PER_SLICE:
+            headers = headers_for(target, w, cell, threshold)
+            try:
+                latency, ttfb, resp_headers = await one_request(
+                    client, url, payload, headers, stream
+                )
+            except (httpx.HTTPError, RuntimeError) as exc:
+                if samples is not None:
+                    samples.errors += 1
+                    samples.error_example = samples.error_example or repr(exc)[:300]
+                await asyncio.sleep(0.05)  # a failing target must not spin
+                continue
+            if samples is None:
+                continue
+            samples.latency.append(latency)
+            if ttfb is not None:
+                samples.ttfb.append(ttfb)
+            if target.session == "request" and resp_headers.get("x-xun-compaction") != "toolcall":
+                samples.wrong_compaction += 1
 
+    try:
         started = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
         if samples is not None:
             samples.wall += time.perf_counter() - started
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
 
 
 def summarise(s: Samples) -> dict[str, Any]:
@@ -305,6 +323,25 @@ def start_all(
         Target("xun-session", proxy.url, session="worker"),
         Target("xun-compact", proxy.url, session="request"),
     ]
+    for spec in args.variant:
+        # LABEL=PATCHES[@PYTHON]: another xun-proxy process, for experiments side by side.
+        label, _, rest = spec.partition("=")
+        patches, _, python = rest.partition("@")
+        variant = xun_proxy(
+            f"xun-{label}",
+            upstream.url + "/v1",
+            scratch,
+            python=python or sys.executable,
+            patches=patches,
+            store=f"sqlite:///{scratch / f'xun-{label}.db'}",
+            token_threshold=10**9,
+        )
+        variant.start()
+        children.append(variant)
+        variant.wait_ready("/healthz", timeout=30)
+        setup[f"xun-proxy[{label}]"] = {"ok": True, "command": " ".join(variant.argv)}
+        targets.append(Target(f"xun-pass[{label}]", variant.url))
+        targets.append(Target(f"xun-session[{label}]", variant.url, session="worker"))
     for name, factory in (("litellm", peers.litellm_child), ("headroom", peers.headroom_child)):
         if name in args.skip:
             setup[name] = {"ok": False, "error": "skipped by --skip"}
@@ -499,6 +536,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxy-python", help="interpreter for xun-proxy (experiments)")
     parser.add_argument(
         "--patches", default="", help="experimental hot-path patches (tests.bench.patched)"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=PATCHES[@PYTHON]",
+        help="also run another xun-proxy (patches from tests.bench.patched and/or another "
+        "interpreter) as targets xun-pass[LABEL] and xun-session[LABEL]; repeatable",
     )
     parser.add_argument("--tag", default="", help="suffix of the result file (experiments)")
     args = parser.parse_args(argv)

@@ -156,6 +156,6 @@ def headroom_notes(scratch: Path) -> list[str]:
             "Kompress" in line or "tokenizer" in line or "Optimization failed" in line
         ):
             message = line.split(" - ", 3)[-1].strip()
-            if message not in notes:
+            if not any(message[:50] == n[:50] for n in notes):
                 notes.append(message[:400])
     return notes[:6]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from tests.bench.common import ROOT, read_result, table
@@ -45,7 +46,7 @@ def overhead_block() -> str:
             + (f"; `{info['command']}`" if info.get("command") else "")
         )
         for note in info.get("notes") or []:
-            out.append(f"  - its log: `{note[:300]}`")
+            out.append(f"  - its log: `{note[:160]}`")
     groups: dict[tuple[str, bool], list[dict[str, Any]]] = defaultdict(list)
     for cell in data["cells"].values():
         groups[(cell["size"], cell["stream"])].append(cell)
@@ -172,7 +173,7 @@ def economy_block() -> str:
         if not info.get("ok"):
             out.append(f"- {name}: NOT RUN: {info.get('error')}")
         for note in info.get("notes") or []:
-            out.append(f"- {name}'s log: `{note[:300]}`")
+            out.append(f"- {name}'s log: `{note[:160]}`")
     for subset, title in (
         ("all", "all trajectories"),
         ("long", "the long (SWE, Claude Code, OpenHands) trajectories"),
@@ -308,6 +309,57 @@ def economy_block() -> str:
     return "\n".join(out)
 
 
+def compactors_block() -> str:
+    """Totals of `economy.py --compactor ...` (strategies side by side, Headroom left out)."""
+    data = read_result("economy-compactors")
+    if not data:
+        return "(no strategy comparison yet: see `economy.py --compactor`)"
+    f0 = data["cache_factors"][0]
+    out = [
+        f"{data['trajectories']} trajectories, {data['seconds']:.0f} s; strategies: "
+        + ", ".join(
+            f"`{name.split('@')[0]}` = `{c['compactor']}`"
+            for name, c in data["configs"].items()
+            if c.get("compactor") and name.endswith("@16k")
+        )
+        + ".\n"
+    ]
+    for subset in ("all", "long"):
+        rows = []
+        for name, t in data["totals"][subset].items():
+            rows.append(
+                [
+                    f"{name} ({subset})",
+                    t["billed"],
+                    t["peak"],
+                    t["summary_calls"],
+                    t.get("saving_pct"),
+                    t.get(f"saving_cost_{f0}_pct"),
+                    t.get("saving_cost_0.5_pct"),
+                    t["costlier_than_direct_by_1pct"].get(str(f0)),
+                    t["costlier_than_direct_by_1pct"].get("0.5"),
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "config",
+                    "prompt+summary tokens",
+                    "peak",
+                    "summary calls",
+                    "saving %",
+                    f"cost saving {f0}x %",
+                    "cost saving 0.5x %",
+                    f"traj. costlier {f0}x",
+                    "traj. costlier 0.5x",
+                ],
+                rows,
+            )
+        )
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
 def scale_block() -> str:
     data = read_result("scale")
     if not data:
@@ -316,13 +368,14 @@ def scale_block() -> str:
     rows = []
     for backend, d in data["memory"].items():
         if "error" in d:
-            rows.append([backend, "n/a", "n/a", "n/a", d["error"]])
+            rows.append([backend, "n/a", "n/a", "n/a", "n/a", d["error"]])
             continue
         for r in d["rows"]:
             rows.append(
                 [
-                    f"{backend} ({d['store']})",
+                    f"{backend} ({d['store'].split('/')[0]})",
                     r["sessions"],
+                    r.get("stored_sessions", r.get("store_keys")),
                     r["rss_mib"],
                     r.get("store_mib"),
                     r.get("failures"),
@@ -332,7 +385,17 @@ def scale_block() -> str:
         "**Proxy resident memory against sessions stored** (one 2 KB chat turn per new session)\n"
     )
     out.append(
-        table(["store", "sessions", "proxy RSS (MiB)", "store size (MiB)", "failed requests"], rows)
+        table(
+            [
+                "store",
+                "sessions",
+                "in the store (SQLite rows / Redis keys)",
+                "proxy RSS (MiB)",
+                "store size (MiB)",
+                "failed requests",
+            ],
+            rows,
+        )
     )
     out.append("")
     for backend, d in data["memory"].items():
@@ -383,22 +446,55 @@ def scale_block() -> str:
     return "\n".join(out)
 
 
+def experiments_block() -> str:
+    """The overhead run with proposed hot-path changes side by side (`--variant`)."""
+    data = read_result("overhead-experiments")
+    if not data:
+        return "(no experiment results: see `overhead.py --variant`)"
+    names = [n for n in next(iter(data["cells"].values()))["targets"] if n.startswith("xun-")]
+    labels = {
+        name: name.replace("xun-session", "session").replace("xun-pass", "pass") for name in names
+    }
+    rows = []
+    for key, cell in data["cells"].items():
+        row: list[Any] = [key]
+        for name in names:
+            r = cell["targets"].get(name) or {}
+            row.append(f"+{r.get('added_p50_ms')} ms, {r.get('throughput_rps')}/s")
+        rows.append(row)
+    argv = data.get("argv") or []
+    specs = [argv[i + 1] for i, a in enumerate(argv) if a == "--variant" and i + 1 < len(argv)]
+    specs = [s.replace(str(Path.home()), "~") for s in specs]
+    head = (
+        f"{data['mode']} run, {data['seconds']:.0f} s, same interleaving as above, peers left "
+        "out; each cell: added p50 over direct, throughput. Variants (`--variant "
+        "LABEL=PATCHES[@PYTHON]`, patches from `tests/bench/patched.py`): "
+        + "; ".join(f"`{s}`" for s in specs)
+        + ".\n"
+    )
+    return head + "\n" + table(["cell", *(labels[n] for n in names)], rows)
+
+
 BLOCKS = {
     "machine": machine_block,
     "overhead": overhead_block,
     "economy": economy_block,
     "scale": scale_block,
+    "compactors": compactors_block,
+    "experiments": experiments_block,
 }
 
 
 def update() -> None:
     text = DOC.read_text()
     for name, render in BLOCKS.items():
-        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)", re.DOTALL)
+        pattern = re.compile(
+            rf"(<!-- bench:{name} -->\n)(?:.*?\n)?(<!-- /bench:{name} -->)", re.DOTALL
+        )
         if not pattern.search(text):
             continue
         body = render()
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), text)
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
     DOC.write_text(text)
     print(f"updated {DOC}")
 
