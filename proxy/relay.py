@@ -12,8 +12,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
-from proxy.sse import ChunkAccumulator
+from proxy.sse import ChunkAccumulator, encode_data
 
 
 def usage_sum(usages: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -159,3 +161,57 @@ class StreamRound:
 
     def message(self) -> dict[str, Any]:
         return self.accumulator.message()
+
+
+def relay_event(data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
+    """The bytes to send the client for one upstream SSE event (None: nothing)."""
+    if data is None:
+        return raw  # comments and keep-alives pass through
+    if data.strip() == "[DONE]":
+        return None  # sent once, at the very end
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return raw  # not ours to judge
+    if not isinstance(chunk, dict) or "error" in chunk:
+        return raw
+    out = rnd.feed(chunk)
+    return encode_data(orjson.dumps(out)) if out is not None else None
+
+
+def _chunk(chunk_id: str | None, last: dict[str, Any], **fields: Any) -> bytes:
+    base = {
+        "id": chunk_id,
+        "object": "chat.completion.chunk",
+        "created": last.get("created"),
+        "model": last.get("model"),
+        "system_fingerprint": last.get("system_fingerprint"),
+    }
+    return encode_data(orjson.dumps({**base, **fields}))
+
+
+def finish_chunk(chunk_id: str | None, last: dict[str, Any]) -> bytes:
+    """A final chunk ending the reply normally (when the proxy's rounds ran out)."""
+    choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    return _chunk(chunk_id, last, choices=[choice])
+
+
+def usage_chunk(chunk_id: str | None, last: dict[str, Any], usage: dict[str, Any]) -> bytes:
+    """OpenAI's usage-only last chunk (`choices: []`), for clients that asked for it."""
+    return _chunk(chunk_id, last, choices=[], usage=usage)
+
+
+def error_event(body: Any, detail: str | None = None) -> bytes:
+    """An SSE error event: the upstream's own error object when it sent one."""
+    if isinstance(body, bytes | memoryview):
+        try:
+            data = orjson.loads(bytes(body))
+            if isinstance(data, dict) and "error" in data:
+                return encode_data(orjson.dumps(data))
+        except orjson.JSONDecodeError:
+            pass
+    message = "The upstream connection failed during the stream"
+    if detail:
+        message += f" ({detail})"
+    error = {"message": message, "type": "server_error", "param": None}
+    return encode_data(orjson.dumps({"error": {**error, "code": "upstream_stream_error"}}))

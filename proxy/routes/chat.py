@@ -23,10 +23,18 @@ from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamError
 from proxy.extract_tool import answer
-from proxy.relay import StreamRound, usage_sum, visible_message
+from proxy.relay import (
+    StreamRound,
+    error_event,
+    finish_chunk,
+    relay_event,
+    usage_chunk,
+    usage_sum,
+    visible_message,
+)
 from proxy.routes.forward import forward
 from proxy.session import add_hidden, record_turn
-from proxy.sse import DONE, SSEDecoder, encode_data
+from proxy.sse import DONE, SSEDecoder
 from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.turn import Turn, learned_window, tenant_of
@@ -403,7 +411,7 @@ class ChatHandler:
                         body["messages"] = [*body["messages"], message, *results]
                         next_resp, error = await self.open_checked(body, first_round=False)
                         if error is not None:
-                            yield self.error_event(error.status_code, error.body)
+                            yield error_event(error.body)
                             return
                         assert next_resp is not None
                         resp = next_resp
@@ -413,29 +421,17 @@ class ChatHandler:
                         self.hide(own, extract, results)
                     elif rnd.only_extract and last_chunk is not None:
                         # Out of extract rounds: end the reply the client saw normally.
-                        yield self.finish_chunk(chunk_id, last_chunk)
+                        yield finish_chunk(chunk_id, last_chunk)
                 break
             # Saved before the end is sent: a client closes as soon as it reads [DONE].
             await self.finish(usages[-1] if usages else None)
             total = usage_sum(usages)
             if self.wants_usage and total is not None and last_chunk is not None:
-                yield encode_data(
-                    orjson.dumps(
-                        {
-                            "id": chunk_id,
-                            "object": "chat.completion.chunk",
-                            "created": last_chunk.get("created"),
-                            "model": last_chunk.get("model"),
-                            "system_fingerprint": last_chunk.get("system_fingerprint"),
-                            "choices": [],
-                            "usage": total,
-                        }
-                    )
-                )
+                yield usage_chunk(chunk_id, last_chunk, total)
             yield DONE
         except (httpx.HTTPError, UpstreamError) as exc:
             log.warning("upstream failed mid-stream: %s", type(exc).__name__)
-            yield self.error_event(502, None, str(type(exc).__name__))
+            yield error_event(None, type(exc).__name__)
         finally:
             await resp.aclose()
 
@@ -443,60 +439,13 @@ class ChatHandler:
         decoder = SSEDecoder()
         async for raw in resp.aiter_raw():
             for event in decoder.feed(raw):
-                out = self.relay_event(event.data, event.raw, rnd)
+                out = relay_event(event.data, event.raw, rnd)
                 if out:
                     yield out
         for event in decoder.flush():
-            out = self.relay_event(event.data, event.raw, rnd)
+            out = relay_event(event.data, event.raw, rnd)
             if out:
                 yield out
-
-    def relay_event(self, data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
-        if data is None:
-            return raw  # comments and keep-alives pass through
-        if data.strip() == "[DONE]":
-            return None  # sent once, at the very end
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return raw  # not ours to judge
-        if not isinstance(chunk, dict) or "error" in chunk:
-            return raw
-        out = rnd.feed(chunk)
-        return encode_data(orjson.dumps(out)) if out is not None else None
-
-    @staticmethod
-    def finish_chunk(chunk_id: str | None, last: dict[str, Any]) -> bytes:
-        chunk: dict[str, Any] = {
-            "id": chunk_id,
-            "object": "chat.completion.chunk",
-            "created": last.get("created"),
-            "model": last.get("model"),
-            "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
-        }
-        return encode_data(orjson.dumps(chunk))
-
-    @staticmethod
-    def error_event(status: int, body: Any, detail: str | None = None) -> bytes:
-        if isinstance(body, bytes | memoryview):
-            try:
-                data = orjson.loads(bytes(body))
-                if isinstance(data, dict) and "error" in data:
-                    return encode_data(orjson.dumps(data))
-            except orjson.JSONDecodeError:
-                pass
-        message = "The upstream connection failed during the stream"
-        if detail:
-            message += f" ({detail})"
-        payload = {
-            "error": {
-                "message": message,
-                "type": "server_error",
-                "param": None,
-                "code": "upstream_stream_error",
-            }
-        }
-        return encode_data(orjson.dumps(payload))
 
 
 async def chat_completions(request: Request) -> Response:
