@@ -124,7 +124,6 @@ class Metrics:
         status: int,
         seconds: float,
         fields: Mapping[str, Any],
-        streamed: bool = False,
     ) -> None:
         """Record one finished request and the facts its route reported."""
         method = method if method in _METHODS else "OTHER"
@@ -132,11 +131,10 @@ class Metrics:
         upstream_ms = _number(fields.get("upstream_ms"))
         if upstream_ms is not None:
             self.upstream_seconds.labels(route=route).observe(upstream_ms / 1000)
-        # For an event stream the chat route times opening each upstream round, not reading
-        # it, so "total minus upstream" would count the model's generation as proxy time.
-        if not streamed:
-            overhead = max(0.0, seconds - (upstream_ms or 0.0) / 1000)
-            self.overhead_seconds.labels(route=route).observe(overhead)
+        # Routes time every wait on the upstream, streamed bodies included, so the rest of
+        # the request's time is the proxy's own.
+        overhead = max(0.0, seconds - (upstream_ms or 0.0) / 1000)
+        self.overhead_seconds.labels(route=route).observe(overhead)
         self._observe_session_facts(fields)
 
     def _observe_session_facts(self, fields: Mapping[str, Any]) -> None:
@@ -223,15 +221,11 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500  # what the client sees if the app raises before answering
-        streamed = False
 
         async def watch(message: Message) -> None:
-            nonlocal status, streamed
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                for name, value in message.get("headers", []):
-                    if name.lower() == b"content-type":
-                        streamed = value.startswith(b"text/event-stream")
             await send(message)
 
         try:
@@ -245,5 +239,4 @@ class MetricsMiddleware:
                 status=status,
                 seconds=time.perf_counter() - started,
                 fields=fields,
-                streamed=streamed,
             )

@@ -8,7 +8,8 @@ still reaches the configured host (no SSRF through the request).
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, Iterable, Mapping
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -239,3 +240,19 @@ def map_transport_error(exc: httpx.HTTPError) -> Exception:
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
         return UpstreamUnreachable("The upstream API closed the connection.")
     return UpstreamUnreachable()
+
+
+async def timed_chunks(response: httpx.Response, timing: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The response's raw body; the time spent waiting on the upstream goes to
+    `timing["upstream_ms"]`, so the access log can tell the proxy's own time from it."""
+    chunks = response.aiter_raw()
+    while True:
+        started = time.perf_counter()
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            timing["upstream_ms"] = timing.get("upstream_ms", 0.0) + elapsed
+        yield chunk

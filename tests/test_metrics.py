@@ -146,14 +146,23 @@ def test_labels_stay_in_small_vocabularies() -> None:
     )
 
 
-def test_stream_overhead_is_not_guessed() -> None:
-    metrics = Metrics()
-    metrics.observe_request(
-        route=CHAT, method="POST", status=200, seconds=9.0, fields={"upstream_ms": 5}, streamed=True
+@pytest.mark.parametrize("session", [None, "s-stream"])
+def test_a_slow_stream_counts_as_upstream_time_not_proxy_time(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any, session: str | None
+) -> None:
+    proxy = make_proxy()
+    fake_upstream.push(Reply.text("x" * 120, chunk_chars=6, chunk_delay=0.03))  # ~0.6 s
+    client = openai_client(proxy, session=session)
+    list(
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
     )
-    m = parse(metrics.render().decode())
-    assert value(m, "xun_upstream_seconds_count", route=CHAT) == 1
-    assert value(m, "xun_proxy_overhead_seconds_count", route=CHAT) == 0
+    m = parse(httpx.get(proxy.url + "/metrics").text)
+    upstream = value(m, "xun_upstream_seconds_sum", route=CHAT)
+    overhead = value(m, "xun_proxy_overhead_seconds_sum", route=CHAT)
+    assert upstream > 0.5
+    assert overhead < 0.25
 
 
 def test_route_label_without_a_match() -> None:

@@ -38,9 +38,9 @@ from proxy.sse import DONE, SSEDecoder
 from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.turn import Turn, learned_window, tenant_of
-from proxy.upstream import Upstream, map_transport_error
+from proxy.upstream import Upstream, map_transport_error, timed_chunks
 
-log = logging.getLogger("xun.chat")
+log = logging.getLogger("proxy.chat")
 
 CHAT_PATH = "/chat/completions"
 MAX_SESSION_ID_CHARS = 16384
@@ -437,11 +437,15 @@ class ChatHandler:
 
     async def relay_round(self, resp: httpx.Response, rnd: StreamRound) -> AsyncIterator[bytes]:
         decoder = SSEDecoder()
-        async for raw in resp.aiter_raw():
-            for event in decoder.feed(raw):
-                out = relay_event(event.data, event.raw, rnd)
-                if out:
-                    yield out
+        timing: dict[str, Any] = {}
+        try:
+            async for raw in timed_chunks(resp, timing):
+                for event in decoder.feed(raw):
+                    out = relay_event(event.data, event.raw, rnd)
+                    if out:
+                        yield out
+        finally:
+            self.upstream_ms += timing.get("upstream_ms", 0.0)
         for event in decoder.flush():
             out = relay_event(event.data, event.raw, rnd)
             if out:

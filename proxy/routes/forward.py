@@ -7,7 +7,9 @@ relay and the background task closes the upstream response, which drops that con
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import orjson
@@ -23,7 +25,7 @@ from proxy.errors import (
     error_payload,
 )
 from proxy.settings import Settings
-from proxy.upstream import Content, Upstream, map_transport_error
+from proxy.upstream import Content, Upstream, map_transport_error, timed_chunks
 
 API_PREFIX = "/v1"
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
@@ -79,13 +81,13 @@ def _request_content(request: Request, headers: dict[str, str], limit: int) -> C
     return None
 
 
-async def _relay_body(response: httpx.Response) -> AsyncIterator[bytes]:
+async def _relay_body(response: httpx.Response, timing: dict[str, Any]) -> AsyncIterator[bytes]:
     if response.is_stream_consumed:
         # A response built in memory (httpx.MockTransport) is read eagerly: relay its content.
         yield response.content
         return
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in timed_chunks(response, timing):
             yield chunk
     except httpx.HTTPError as exc:
         await response.aclose()
@@ -100,10 +102,13 @@ async def _relay_body(response: httpx.Response) -> AsyncIterator[bytes]:
         raise error from exc
 
 
-def relay(response: httpx.Response) -> Response:
-    """Stream an open upstream response back unchanged; it is closed when the relay ends."""
+def relay(response: httpx.Response, timing: dict[str, Any] | None = None) -> Response:
+    """Stream an open upstream response back unchanged; it is closed when the relay ends.
+
+    Time spent waiting on the upstream's body is added to `timing["upstream_ms"]`.
+    """
     relayed = StreamingResponse(
-        _relay_body(response),
+        _relay_body(response, {} if timing is None else timing),
         status_code=response.status_code,
         background=BackgroundTask(response.aclose),
     )
@@ -136,14 +141,21 @@ async def forward(request: Request, *, body: bytes | None = None) -> Response:
         content = body
     else:
         content = _request_content(request, headers, settings.max_body_bytes)
-    response = await upstream.send(
-        request.method,
-        upstream_path(request.scope),
-        headers=headers,
-        content=content,
-        params=request.scope.get("query_string", b""),
-    )
-    return relay(response)
+    timing = getattr(request.state, "log_fields", None)
+    if timing is None:
+        timing = {}
+    started = time.perf_counter()
+    try:
+        response = await upstream.send(
+            request.method,
+            upstream_path(request.scope),
+            headers=headers,
+            content=content,
+            params=request.scope.get("query_string", b""),
+        )
+    finally:
+        timing["upstream_ms"] = (time.perf_counter() - started) * 1000
+    return relay(response, timing)
 
 
 async def forward_endpoint(request: Request) -> Response:
