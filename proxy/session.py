@@ -80,7 +80,10 @@ class SessionState:
         return bool(self.summary) or bool(self.reclaimed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state_version": STATE_VERSION, **asdict(self)}
+        # Shallow on purpose (asdict deep-copies every turn record): this runs on every turn.
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["hidden"] = [asdict(h) for h in self.hidden]
+        return {"state_version": STATE_VERSION, **data}
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(self.to_dict())
