@@ -20,17 +20,25 @@ TARGET_ORDER = ("direct", "xun-pass", "xun-session", "xun-compact", "litellm", "
 
 
 def machine_block() -> str:
-    for name in ("overhead", "economy", "scale"):
+    runs = []
+    first: dict[str, Any] | None = None
+    for name in ("overhead", "overhead-experiments", "economy", "economy-compactors", "scale"):
         data = read_result(name)
-        if data:
-            m = data["machine"]
-            return (
-                f"- CPU: {m['cpu']}, {m['nproc']} cores (shared with other work: load average "
-                f"{m.get('loadavg_at_start')} when the overhead run started)\n"
-                f"- Memory: {m.get('memory_gib')} GiB; Python {m['python']}; {m['platform']}\n"
-                f"- Measured at commit {data.get('commit')}, {m['date']}"
-            )
-    return "(no results yet)"
+        if not data:
+            continue
+        first = first or data
+        m = data["machine"]
+        runs.append(
+            f"`{name}` at commit {data.get('commit')}, {m['date']}, load average "
+            f"{m.get('loadavg_at_start')} at its start"
+        )
+    if first is None:
+        return "(no results yet)"
+    m = first["machine"]
+    return (
+        f"- CPU: {m['cpu']}, {m['nproc']} cores; memory {m.get('memory_gib')} GiB; "
+        f"Python {m['python']}; {m['platform']}\n- Runs: " + "; ".join(runs)
+    )
 
 
 def overhead_block() -> str:
@@ -179,8 +187,8 @@ def economy_block() -> str:
         ("long", "the long (SWE, Claude Code, OpenHands) trajectories"),
     ):
         out.append(
-            f"\n**Totals over {title}** (saving against direct; cost = uncached + {f0} x cached "
-            "+ summary tokens)\n"
+            f"\n**Totals over {title}** (saving against direct; cost = uncached prompt "
+            f"+ {f0} x cached prompt + summary completions)\n"
         )
         rows = []
         for name, t in data["totals"][subset].items():
@@ -373,7 +381,7 @@ def scale_block() -> str:
         for r in d["rows"]:
             rows.append(
                 [
-                    f"{backend} ({d['store'].split('/')[0]})",
+                    backend,
                     r["sessions"],
                     r.get("stored_sessions", r.get("store_keys")),
                     r["rss_mib"],

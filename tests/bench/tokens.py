@@ -63,7 +63,8 @@ def load_encoder() -> tuple[Callable[[str], int], str]:
             else:
                 os.environ["TIKTOKEN_CACHE_DIR"] = old
         where = "tiktoken's cache" if cache is None else f"the file shipped in {cache}"
-        return _counter(enc), f"tiktoken o200k_base ({where})"
+        failed = f"; before that: {errors[0]}" if errors else ""
+        return _counter(enc), f"tiktoken o200k_base ({where}{failed})"
     return (lambda s: (len(s) + 3) // 4), "chars/4 FALLBACK (o200k_base not loadable: " + "; ".join(
         errors
     ) + ")"
