@@ -155,9 +155,15 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+KEEP_ALIVE_SECONDS = 75
+
+
 def serve(app: Any, *, drain: Drain, drain_timeout: float, **options: Any) -> int:
     """Run `app` under uvicorn with draining on SIGTERM/SIGINT; returns the exit status."""
     options.setdefault("timeout_graceful_shutdown", _SERVER_GRACE_SECONDS)
+    # Longer than the idle expiry of common clients' pools (httpx and the OpenAI SDKs: 5 s),
+    # so a client never reuses a connection the proxy is closing at that very moment.
+    options.setdefault("timeout_keep_alive", KEEP_ALIVE_SECONDS)
     server = DrainingServer(
         uvicorn.Config(app, **options), drain=drain, drain_timeout=drain_timeout
     )

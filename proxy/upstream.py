@@ -167,6 +167,16 @@ class Upstream:
         )
         try:
             response = await self.client.send(request, stream=True)
+        except httpx.RemoteProtocolError as exc:
+            # A pooled keep-alive connection the server closed just as it was reused: the
+            # server never read the request, so sending it once more on a fresh connection is
+            # safe (when the body can be sent again). Nothing has reached the client yet.
+            if not (_stale_connection(exc) and isinstance(content, bytes | None)):
+                raise map_transport_error(exc) from exc
+            try:
+                response = await self.client.send(request, stream=True)
+            except httpx.HTTPError as again:
+                raise map_transport_error(again) from again
         except httpx.HTTPError as exc:
             raise map_transport_error(exc) from exc
         # httpcore reads the request's timeout mapping when the body is first read, so from
@@ -221,6 +231,10 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _stale_connection(exc: httpx.RemoteProtocolError) -> bool:
+    return "without sending a response" in str(exc)
 
 
 def map_transport_error(exc: httpx.HTTPError) -> Exception:

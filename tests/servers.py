@@ -28,6 +28,8 @@ class UvicornThread:
         self.port = port or free_port()
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "on")
+        # Like the proxy's CLI: longer than clients' pool expiry, so reuse never races a close.
+        config.setdefault("timeout_keep_alive", 75)
         self.config = uvicorn.Config(app, host="127.0.0.1", port=self.port, **config)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self._run, daemon=True)
