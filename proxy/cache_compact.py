@@ -113,7 +113,7 @@ class CacheAwareCompactor(CompactorAbstract):
         econ: Economics = getattr(agent, "economics", None) or Economics()
         sizes = _Sizes(conv, total)
         forced = total >= econ.ceiling()
-        reclaim = self._reclaim_plan(sizes, threshold)
+        reclaim = self._reclaim_plan(sizes, threshold, econ)
         plans: list[Plan] = [reclaim]
         if forced or econ.may_summarize(total):
             summary = self._summary_plan(sizes, threshold, reclaim, agent, econ)
@@ -146,7 +146,7 @@ class CacheAwareCompactor(CompactorAbstract):
             and not content_to_text(m.content).startswith("[Compacted, ID: ")
         ]
 
-    def _reclaim_plan(self, sizes: _Sizes, threshold: int) -> Plan:
+    def _reclaim_plan(self, sizes: _Sizes, threshold: int, econ: Economics) -> Plan:
         conv = sizes.conversation
         candidates = self._tool_indices(conv)
         protected: set[int] = set()
@@ -162,6 +162,8 @@ class CacheAwareCompactor(CompactorAbstract):
         reclaim = [i for i in candidates if i not in protected]
         removed = sum(sizes.tokens[i] - sizes.placeholder_tokens(i) for i in reclaim)
         rewrite = sum(sizes.tokens[reclaim[0] :]) - removed if reclaim else 0.0
+        if reclaim and econ.rewrites_all:
+            rewrite = sizes.total - removed
         return Plan("toolcall", reclaim, None, removed, rewrite, after=sizes.total - removed)
 
     def _summary_plan(

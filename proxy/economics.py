@@ -84,6 +84,9 @@ class Economics:
     # that ends soon after crossing the threshold never pays for a compaction it could not
     # earn back. The compactor updates it; the caller stores it with the session.
     accrued: float = 0.0
+    # The first compaction of a session also adds the proxy's tool to the request, which
+    # changes the tools block ahead of every message: the whole prompt is re-sent uncached.
+    rewrites_all: bool = False
 
     @property
     def effective_price(self) -> float:

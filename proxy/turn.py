@@ -319,18 +319,17 @@ class Turn:
     def upstream_tools(self) -> Any:
         """The tools to send upstream, setting `injected` when ours is among them.
 
-        Ours goes last, into every request of a session that has tools of its own (so the
-        provider's cached prefix does not change when the first compaction happens), and
-        into any request once something is compacted.
+        Ours goes last, from the session's first compaction on: before it there is nothing to
+        extract, and adding it earlier would cost its tokens on every turn of the many
+        sessions that never compact. A compaction rewrites the prompt anyway, so the cached
+        prefix loses little when the tools change with it (the cost-aware compactor counts
+        that rewrite).
         """
         assert self.rb is not None
         tools = self.body.get("tools")
         n = self.body.get("n")
-        has_tools = isinstance(tools, list) and bool(tools)
         self.injected = (
-            (has_tools or self.rb.state.compacted)
-            and not client_defines_tool(tools)
-            and (n is None or n == 1)
+            self.rb.state.compacted and not client_defines_tool(tools) and (n is None or n == 1)
         )
         return inject(tools) if self.injected else tools
 

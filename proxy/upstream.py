@@ -203,12 +203,7 @@ class Upstream:
         response = await self.send(
             "POST", path, headers=headers, content=orjson.dumps(body), read_timeout=read_timeout
         )
-        try:
-            data = await response.aread()
-        except httpx.HTTPError as exc:
-            raise map_transport_error(exc) from exc
-        finally:
-            await response.aclose()
+        data = await read_response(response)
         try:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -231,6 +226,16 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+async def read_response(response: httpx.Response) -> bytes:
+    """Read a whole upstream body and close the response; transport failures translated."""
+    try:
+        return await response.aread()
+    except httpx.HTTPError as exc:
+        raise map_transport_error(exc) from exc
+    finally:
+        await response.aclose()
 
 
 def _stale_connection(exc: httpx.RemoteProtocolError) -> bool:

@@ -49,10 +49,10 @@ def test_below_threshold_is_untouched(
     sent = model_requests(fake_upstream.chat_requests)
     assert len(sent) == 4
     for request, n in zip(sent, (2, 4, 6, 8), strict=True):
-        # Exactly the client's history (the SDK dump with its null fields included); the only
-        # change is our tool, added last from the first turn on so the prefix never moves.
+        # Exactly the client's history (the SDK dump with its null fields included), no tool
+        # added: ours joins with the first compaction.
         assert request.json["messages"] == agent.messages[:n]
-        assert tool_names(request.json) == ["read_file", EXTRACT_TOOL_NAME]
+        assert tool_names(request.json) == ["read_file"]
     assert agent.responses[-1].headers["x-xun-compaction"] == "none"
     assert agent.responses[-1].headers["x-xun-session"]
 

@@ -38,7 +38,7 @@ from proxy.sse import DONE, SSEDecoder
 from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.turn import Turn, learned_window, tenant_of
-from proxy.upstream import Upstream, map_transport_error, timed_chunks
+from proxy.upstream import Upstream, read_response, timed_chunks
 
 log = logging.getLogger("proxy.chat")
 
@@ -180,6 +180,7 @@ class ChatHandler:
             size_after_summary=state.size_after_summary,
             removed_by_summary=state.removed_by_summary,
             accrued=state.accrued,
+            rewrites_all=not state.compacted,
         )
 
     def upstream_body(self) -> dict[str, Any]:
@@ -239,12 +240,7 @@ class ChatHandler:
             resp = await self.open(body)
             if resp.status_code == 200:
                 return resp, None
-            try:
-                raw = await resp.aread()
-            except httpx.HTTPError as exc:
-                raise map_transport_error(exc) from exc
-            finally:
-                await resp.aclose()
+            raw = await read_response(resp)
             try:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -287,12 +283,7 @@ class ChatHandler:
                 await self.finish(None, save=False)
                 return error
             assert resp is not None
-            try:
-                raw = await resp.aread()
-            except httpx.HTTPError as exc:
-                raise map_transport_error(exc) from exc
-            finally:
-                await resp.aclose()
+            raw = await read_response(resp)
             try:
                 completion = orjson.loads(raw)
             except orjson.JSONDecodeError:

@@ -159,7 +159,7 @@ def test_shared_prefix_summaries_are_priced_as_cached() -> None:
         sizes = _Sizes(conv, conv.total_tokens or 0)
         agent = CompactionContext(conv, summarizer([]), THRESHOLD, econ)
         plan = comp._summary_plan(
-            sizes, THRESHOLD, comp._reclaim_plan(sizes, THRESHOLD), agent, econ
+            sizes, THRESHOLD, comp._reclaim_plan(sizes, THRESHOLD, econ), agent, econ
         )
         assert plan is not None
         return plan.summary_cost
