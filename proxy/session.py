@@ -27,7 +27,8 @@ STATE_VERSION = 1
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 MAX_TURNS_KEPT = 300
-MAX_VIEW_BYTES = 2 * 2**20  # compressed; a longer history is not kept for inspection
+MAX_VIEW_BYTES = 3 * 2**20  # base64 of the compressed chunks; a longer history is not kept
+MAX_VIEW_CHUNKS = 64  # then the view is recompressed whole, once
 HIDDEN_KEY_PREFIX = "xun-extract:"
 
 
@@ -72,8 +73,10 @@ class SessionState:
     accrued: float = 0.0
     size_after_summary: int | None = None
     removed_by_summary: int = 0
-    # The client's last messages, compressed, so operators can see what the upstream saw.
-    view: str | None = None
+    # The client's last messages, compressed in chunks, so operators can see what the
+    # upstream saw; view_len is how many messages they hold.
+    view: list[str] | str | None = None
+    view_len: int = 0
 
     @property
     def compacted(self) -> bool:
@@ -98,15 +101,34 @@ class SessionState:
     def from_bytes(cls, data: bytes) -> SessionState:
         return cls.from_dict(orjson.loads(data))
 
-    def set_view(self, messages: list[dict[str, Any]]) -> None:
-        packed = zlib.compress(orjson.dumps(messages), 1)
-        self.view = base64.b64encode(packed).decode() if len(packed) <= MAX_VIEW_BYTES else None
+    def set_view(self, messages: list[dict[str, Any]], *, valid: int = 0) -> None:
+        """Keep the client's messages for inspection, compressed in chunks.
+
+        `valid`: how many leading messages of the current view the client still sent
+        unchanged; then only the messages after them are compressed and appended, so a turn
+        costs what it added, not the whole history.
+        """
+        chunks = list(self.view) if isinstance(self.view, list) else []
+        if not (chunks and valid and valid == self.view_len) or len(chunks) >= MAX_VIEW_CHUNKS:
+            chunks, start = [], 0
+        else:
+            start = self.view_len
+        if messages[start:] or not chunks:
+            packed = zlib.compress(orjson.dumps(messages[start:]), 1)
+            chunks.append(base64.b64encode(packed).decode())
+        if sum(len(c) for c in chunks) > MAX_VIEW_BYTES:
+            self.view, self.view_len = None, 0
+            return
+        self.view, self.view_len = chunks, len(messages)
 
     def view_messages(self) -> list[dict[str, Any]] | None:
         """The messages of the last recorded turn, or None when they were not kept."""
         if not self.view:
             return None
-        messages: list[dict[str, Any]] = orjson.loads(zlib.decompress(base64.b64decode(self.view)))
+        chunks = [self.view] if isinstance(self.view, str) else self.view
+        messages: list[dict[str, Any]] = []
+        for chunk in chunks:
+            messages.extend(orjson.loads(zlib.decompress(base64.b64decode(chunk))))
         return messages
 
     def meta(self, message_count: int) -> dict[str, Any]:
@@ -363,7 +385,7 @@ def record_turn(
     state.prefix_hash = rb.chain.prefix(len(rb.messages))
     state.prefix_chars = estimate_chars(rb.messages)
     if keep_view:
-        state.set_view(rb.messages)
+        state.set_view(rb.messages, valid=rb.new_from if rb.reset_reason is None else 0)
     if total_tokens is not None:
         state.total_tokens = total_tokens
     state.turns.append(

@@ -220,3 +220,17 @@ def test_state_round_trips_through_bytes() -> None:
     msgs = history(10)
     state = compacted_state(msgs, summary=True)
     assert SessionState.from_bytes(state.to_bytes()) == state
+
+
+def test_the_view_grows_by_what_each_turn_added() -> None:
+    msgs = history(30)
+    state = None
+    for n in range(3, len(msgs) + 1, 2):
+        rb = rebuild(msgs[:n], state)
+        state = record_turn(rb, total_tokens=100)
+        assert state.view_messages() == msgs[:n]
+    assert state is not None and isinstance(state.view, list) and len(state.view) > 1
+    # An edit makes the view start over from the new history.
+    edited = [msgs[0], {"role": "user", "content": "changed"}, *msgs[2:]]
+    state = record_turn(rebuild(edited, state), total_tokens=100)
+    assert state.view_messages() == edited and len(state.view or []) == 1
