@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,19 +64,47 @@ async def test_read_only_mode_reads_but_refuses_writes(tmp_path: Path) -> None:
         await reader.close()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file permissions")
-async def test_read_only_file_is_a_store_error(tmp_path: Path) -> None:
-    path = tmp_path / "sessions.db"
-    writer = SQLiteStore(path)
-    await writer.put(KEY, b"x", {}, expected_version=None)
-    await writer.close()
-    path.chmod(0o444)
-    store = SQLiteStore(path)
+ROOT = Path(__file__).resolve().parents[2]
+READ_ONLY_CHECK = """
+import asyncio, sys
+from proxy.store.base import SessionKey, StoreError
+from proxy.store.sqlite import SQLiteStore
+
+async def main() -> int:
+    store = SQLiteStore(sys.argv[1])
     try:
-        with pytest.raises(StoreError):
-            await store.put(KEY, b"y", {}, expected_version=1)
+        await store.put(SessionKey("t", "s"), b"y", {}, expected_version=1)
+    except StoreError:
+        return 0
     finally:
         await store.close()
+    return 1
+
+sys.exit(asyncio.run(main()))
+"""
+
+
+def test_read_only_file_is_a_store_error(tmp_path: Path) -> None:
+    # File permissions do not bind root, and the tests run as root in CI: then the writer is
+    # a child process without the capabilities that let root write anyway (util-linux setpriv).
+    path = tmp_path / "sessions.db"
+
+    async def create() -> None:
+        writer = SQLiteStore(path)
+        await writer.put(SessionKey("t", "s"), b"x", {}, expected_version=None)
+        await writer.close()
+
+    asyncio.run(create())
+    path.chmod(0o444)
+    tmp_path.chmod(0o555)  # no journal next to it either
+    command = [sys.executable, "-c", READ_ONLY_CHECK, str(path)]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
+    try:
+        child = subprocess.run(command, capture_output=True, timeout=60, cwd=ROOT)
+    finally:
+        tmp_path.chmod(0o755)
+    assert child.returncode == 0, child.stderr.decode()
 
 
 async def test_locked_database_is_a_store_error(tmp_path: Path) -> None:
