@@ -13,9 +13,13 @@ message once.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,24 @@ def _counter(enc: Any) -> Callable[[str], int]:
     return lambda s: len(enc.encode_ordinary(s))
 
 
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+def _bpe_openai_cache() -> Path | None:
+    """A tiktoken cache folder holding o200k_base, from the copy the `bpe-openai` package
+    ships (PyPI, in the bench extra); tiktoken checks the file's SHA-256 itself."""
+    try:
+        packed = (resources.files("bpe_openai.data") / "o200k_base.tiktoken.gz").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+    folder = Path(tempfile.gettempdir()) / "xun-bench-tiktoken"
+    folder.mkdir(exist_ok=True)
+    target = folder / hashlib.sha1(O200K_URL.encode()).hexdigest()
+    if not target.exists():
+        target.write_bytes(gzip.decompress(packed))
+    return folder
+
+
 def load_encoder() -> tuple[Callable[[str], int], str]:
     """(count function, description of where the encoding came from)."""
     errors: list[str] = []
@@ -47,7 +69,11 @@ def load_encoder() -> tuple[Callable[[str], int], str]:
     except ImportError as exc:
         return (lambda s: (len(s) + 3) // 4), f"chars/4 (tiktoken not installed: {exc})"
     shipped = [peers.tiktoken_cache(name) for name in ("litellm", "headroom")]
-    candidates: list[Path | None] = [None, *[c for c in shipped if c is not None]]
+    candidates: list[Path | None] = [
+        None,
+        _bpe_openai_cache(),
+        *[c for c in shipped if c is not None],
+    ]
     for cache in candidates:
         old = os.environ.get("TIKTOKEN_CACHE_DIR")
         if cache is not None:
