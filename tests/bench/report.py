@@ -454,9 +454,9 @@ def scale_block() -> str:
     return "\n".join(out)
 
 
-def experiments_block() -> str:
-    """The overhead run with proposed hot-path changes side by side (`--variant`)."""
-    data = read_result("overhead-experiments")
+def experiments_block(name: str = "overhead-experiments") -> str:
+    """An overhead run with proposed hot-path changes side by side (`--variant`)."""
+    data = read_result(name)
     if not data:
         return "(no experiment results: see `overhead.py --variant`)"
     names = [n for n in next(iter(data["cells"].values()))["targets"] if n.startswith("xun-")]
@@ -474,7 +474,8 @@ def experiments_block() -> str:
     specs = [argv[i + 1] for i, a in enumerate(argv) if a == "--variant" and i + 1 < len(argv)]
     specs = [s.replace(str(Path.home()), "~") for s in specs]
     head = (
-        f"{data['mode']} run, {data['seconds']:.0f} s, same interleaving as above, peers left "
+        f"{data['mode']} run at commit {data.get('commit')}, {data['seconds']:.0f} s, same "
+        "interleaving as above, peers left "
         "out; each cell: added p50 over direct, throughput. Variants (`--variant "
         "LABEL=PATCHES[@PYTHON]`, patches from `tests/bench/patched.py`): "
         + "; ".join(f"`{s}`" for s in specs)
@@ -490,6 +491,7 @@ BLOCKS = {
     "scale": scale_block,
     "compactors": compactors_block,
     "experiments": experiments_block,
+    "experiments-head": lambda: experiments_block("overhead-experiments-head"),
 }
 
 
