@@ -43,7 +43,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 _COMPACTOR_FIELDS = ("toolcall_keep_max", "summary_keep_max", "escalation_rounds", "max_retries")
 
 
-DEFAULT_COMPACTOR = "seed"
+DEFAULT_COMPACTOR = "cache-aware"
 
 
 def load_compactor(settings: Settings) -> CompactorAbstract:

@@ -66,7 +66,9 @@ def fake_upstream() -> Iterator[FakeUpstream]:
 
 def proxy_settings(fake: FakeUpstream | None, **overrides: Any) -> Settings:
     """Settings for a test proxy: the fake upstream and a memory store unless overridden."""
-    values: dict[str, Any] = {"store_url": "memory://"}
+    # The seed's compactor unless a test asks otherwise: most app tests check its exact rules
+    # (keep 12, escalate after two rounds); the cost-aware default has its own tests.
+    values: dict[str, Any] = {"store_url": "memory://", "compactor": "seed"}
     if fake is not None:
         values["upstream_base_url"] = fake.url
     values.update(overrides)

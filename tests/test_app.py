@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from proxy.app import create_app, load_compactor
+from proxy.cache_compact import CacheAwareCompactor
 from proxy.compact import AutoCompactor, placeholder_for
 from proxy.routes.forward import forward
 from proxy.settings import ConfigError, Settings
@@ -53,12 +54,24 @@ def strategy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     sys.modules.pop(name, None)
 
 
-def test_default_compactor_takes_the_configured_fields() -> None:
-    settings = Settings(toolcall_keep_max=3, summary_keep_max=5, escalation_rounds=1, max_retries=0)
+def test_seed_compactor_takes_the_configured_fields() -> None:
+    settings = Settings(
+        compactor="seed",
+        toolcall_keep_max=3,
+        summary_keep_max=5,
+        escalation_rounds=1,
+        max_retries=0,
+    )
     compactor = load_compactor(settings)
     assert compactor == AutoCompactor(
         toolcall_keep_max=3, summary_keep_max=5, escalation_rounds=1, max_retries=0
     )
+
+
+def test_the_default_is_the_cost_aware_compactor() -> None:
+    # Chosen by the token-economy benchmark (BENCHMARKS.md): never costlier than direct.
+    compactor = load_compactor(Settings(toolcall_keep_max=7))
+    assert compactor == CacheAwareCompactor(toolcall_keep_max=7)
 
 
 def test_custom_compactor_by_import_path_runs(

@@ -106,7 +106,8 @@ def test_config_file_named_by_env(tmp_path: Path) -> None:
 def test_auto_compactor_gets_the_configured_fields(tmp_path: Path) -> None:
     config = tmp_path / "xun.yaml"
     config.write_text(
-        "auto_compact:\n  toolcall_keep_max: 3\n  summary_keep_max: 5\n  escalation_rounds: 0\n"
+        "auto_compact:\n  compactor: seed\n  toolcall_keep_max: 3\n  summary_keep_max: 5\n"
+        "  escalation_rounds: 0\n"
     )
     env = {**ENV, "XUN_MAX_RETRIES": "4", "XUN_SUMMARY_KEEP_MAX": "9"}
     compactor = load_compactor(load_settings({"config_file": str(config)}, env=env))

@@ -122,6 +122,7 @@ def proxy_env(**settings: Any) -> dict[str, str]:
     """The environment with every XUN_ variable replaced by `settings` (XUN_<NAME upper>)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XUN_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["XUN_COMPACTOR"] = "seed"  # these tests follow the seed's rules; a setting overrides it
     for name, value in settings.items():
         if value is not None:
             env[f"XUN_{name.upper()}"] = str(value)

@@ -107,7 +107,8 @@ class ProxyProcess:
             "warning",
             *(extra or []),
         ]
-        self.env = {**os.environ, **(env or {})}
+        # The seed's compactor, whose rules these tests follow, unless `env` says otherwise.
+        self.env = {**os.environ, "XUN_COMPACTOR": "seed", **(env or {})}
         self.env.pop("XUN_CONFIG", None)
         self.proc: subprocess.Popen[bytes] | None = None
 
