@@ -39,7 +39,8 @@ def main() -> None:
     at05 = {e["trajectory"]: e["configs"] for e in c05["per_trajectory"]}
     print(
         "| trajectory | threshold | direct peak | headroom 0.1x / 0.5x | seed 0.1x / 0.5x | "
-        "cost-aware 0.1x / 0.5x | cost-aware raw % | seed L1+L2 | cost-aware L1+L2 |"
+        "cost-aware 0.1x / 0.5x | cost-aware raw % | seed L1+L2 (close) | "
+        "cost-aware L1+L2 (close) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for entry in c01["per_trajectory"]:
@@ -58,8 +59,9 @@ def main() -> None:
                 f"{pct(hr.get('saving_cost_0.1_pct'))} / {pct(hr.get('saving_cost_0.5_pct'))} | "
                 f"{pct(seed['saving_cost_0.1_pct'])} / {pct(seed['saving_cost_0.5_pct'])} | "
                 f"{pct(ca['saving_cost_0.1_pct'])} / {pct(ca05['saving_cost_0.5_pct'])} | "
-                f"{pct(ca['saving_pct'])} | {seed['level1']}+{seed['level2']} | "
-                f"{ca['level1']}+{ca['level2']} |"
+                f"{pct(ca['saving_pct'])} | {seed['level1']}+{seed['level2']} "
+                f"({seed.get('close_summaries', '?')}) | {ca['level1']}+{ca['level2']} "
+                f"({ca.get('close_summaries', '?')}) |"
             )
     print()
     print(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import re
 import sys
 import threading
@@ -319,6 +320,7 @@ def account(
                 "level2": 0,
                 "errors": 0,
                 "turn_prompts": [],
+                "summary_turns": [],
             }
     for rec in upstream.records:
         row = rows.get(rec["cfg"], {}).get(rec["ti"])
@@ -346,12 +348,16 @@ def account(
             row["level1"] += 1
         elif entry.get("compaction") == "summary":
             row["level2"] += 1
+            row["summary_turns"].append(int(entry["turn"]))
     names = [t.name for t in trajectories]
     for cfg in configs:
         for ti, row in rows[cfg.name].items():
             row["turn_prompts"] = [p for _, p in sorted(row["turn_prompts"])]
             if names[ti] in CHART_TRAJECTORIES:
                 series[names[ti]][cfg.name] = row["turn_prompts"]
+            # Summaries within three turns of the previous one (issue 8's no-loop rule).
+            turns = sorted(row.pop("summary_turns"))
+            row["close_summaries"] = sum(1 for a, b in itertools.pairwise(turns) if b - a <= 3)
             row["summary_tokens"] = row["summary_prompt"] + row["summary_completion"]
             row["billed"] = row["prompt"] + row["summary_tokens"]
             for f in factors:
@@ -403,6 +409,7 @@ SUM_FIELDS = (
     "billed",
     "level1",
     "level2",
+    "close_summaries",
     "errors",
 )
 
