@@ -18,7 +18,7 @@ Pure: the summariser is injected, prices and history come in an `Economics`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from proxy.compact import (
     CompactionAgent,
@@ -28,26 +28,17 @@ from proxy.compact import (
     plan_cut,
 )
 from proxy.conversation import Conversation
-from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
+from proxy.conversation_message import (
+    RawOpenAIMessage,
+    SystemPrompt,
+    content_to_text,
+    message_chars,
+)
 from proxy.economics import Economics
 
 SUMMARY_OUTPUT_TOKENS = 1024
 SUMMARY_INSTRUCTION_TOKENS = 450
 PLACEHOLDER_CHARS = 160
-
-
-def message_chars(param: dict[str, Any]) -> int:
-    """Characters a model reads in one message: text, tool-call names and arguments, reasoning."""
-    total = len(content_to_text(param.get("content")))
-    for name in ("reasoning", "reasoning_content"):
-        value = param.get(name)
-        if isinstance(value, str):
-            total += len(value)
-    for call in param.get("tool_calls") or []:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            total += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
-    return total
 
 
 @dataclass

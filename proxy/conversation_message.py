@@ -231,6 +231,21 @@ def content_to_text(content: Any, truncate: bool = False) -> str:
     return text
 
 
+def message_chars(param: dict[str, Any]) -> int:
+    """Characters a model reads in one message param: text, tool-call names and arguments,
+    reasoning (`measure` counts only the text fields the spec names)."""
+    total = len(content_to_text(param.get("content")))
+    for name in ("reasoning", "reasoning_content"):
+        value = param.get(name)
+        if isinstance(value, str):
+            total += len(value)
+    for call in param.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            total += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
+    return total
+
+
 def measure(value: Any) -> int:
     """Characters in content/text/reasoning fields, recursing into nested dicts and lists."""
     if isinstance(value, dict):

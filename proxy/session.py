@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from proxy.conversation import Conversation
-from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
+from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
 from proxy.extract_tool import content_text, split_calls
 from proxy.fingerprint import PrefixChain
 
@@ -187,19 +187,7 @@ def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
 
 def estimate_chars(messages: Sequence[Any]) -> int:
     """Characters the model reads in these messages (content, tool-call arguments, reasoning)."""
-    total = 0
-    for msg in messages:
-        if not isinstance(msg, dict):
-            continue
-        total += len(content_text(msg.get("content")))
-        for fld in ("reasoning", "reasoning_content"):
-            if isinstance(msg.get(fld), str):
-                total += len(msg[fld])
-        for call in msg.get("tool_calls") or []:
-            fn = call.get("function") if isinstance(call, dict) else None
-            if isinstance(fn, dict):
-                total += len(str(fn.get("arguments") or "")) + len(str(fn.get("name") or ""))
-    return total
+    return sum(message_chars(m) for m in messages if isinstance(m, dict))
 
 
 def estimate_tokens(messages: Sequence[Any]) -> int:
