@@ -42,7 +42,8 @@ def test_disconnect_mid_stream_closes_the_upstream_request_within_a_second(
         with client.stream("POST", url, json=BODY, headers=PATHS[path]) as response:
             first = next(response.iter_raw())
             assert first.startswith(b"data: ")
-            assert fake_upstream.open_streams == 1
+            # The fake counts the stream from its own thread: give the count a moment.
+            assert fake_upstream.wait_for(lambda: fake_upstream.open_streams == 1, timeout=2)
     left = time.monotonic()
     assert fake_upstream.wait_for_disconnect(timeout=1.0)
     assert time.monotonic() - left < 1.0
