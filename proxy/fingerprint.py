@@ -4,6 +4,13 @@ Clients echo assistant messages back with extra null fields and may send a conte
 where they first sent text parts; neither may break the match, so the canonical form keeps
 only what the model sees (role, text, tool calls, tool_call_id, name) with nulls and empties
 dropped and key order ignored.
+
+Canonicalising costs a few microseconds a message, so a long history is not canonicalised
+on every turn: the chain is a running hash (each prefix's hash extends the previous one), and
+a session remembers, beside the canonical hash of the prefix it has seen, a hash of those
+messages exactly as they were received (`raw_digests`). A client that resends its earlier
+messages unchanged (the usual case) has only its new messages canonicalised; anything else
+falls back to canonicalising the whole history.
 """
 
 from __future__ import annotations
@@ -67,28 +74,71 @@ def message_digest(message: Any) -> bytes:
     return hashlib.blake2b(canonical(message), digest_size=16).digest()
 
 
-class PrefixChain:
-    """Hash of every prefix of a message list: `prefix(n)` identifies messages[:n]."""
+def raw_digests(messages: Sequence[Any], n: int) -> tuple[str | None, str]:
+    """Hashes of `messages[:n]` and of all messages, as received (key order included).
 
-    def __init__(self, messages: Sequence[Any]) -> None:
-        self._digests = [message_digest(m) for m in messages]
-        self._cache: dict[int, str] = {}
+    The first is None when there are fewer than n messages. One pass: each message is
+    serialised on its own (a serialised JSON value never holds a raw newline, so newlines
+    separate them unambiguously).
+    """
+    h = hashlib.sha256()
+    at_n = h.hexdigest() if n == 0 else None
+    for i, message in enumerate(messages, 1):
+        h.update(orjson.dumps(message))
+        h.update(b"\n")
+        if i == n:
+            at_n = h.hexdigest()
+    return at_n, h.hexdigest()
+
+
+_SEED = hashlib.blake2b(b"xun-proxy prefix chain 2", digest_size=16).digest()
+
+
+class PrefixChain:
+    """Hash of every prefix of a message list: `prefix(n)` identifies messages[:n].
+
+    `prefix(n + 1)` is the hash of `prefix(n)` and message n's canonical digest. `trusted`
+    (n, hash) is a prefix hash known to hold for these messages (their first n are byte for
+    byte those a stored state hashed): prefixes from n on then need only the messages after
+    it. Digests are computed when first needed.
+    """
+
+    def __init__(self, messages: Sequence[Any], *, trusted: tuple[int, str] | None = None) -> None:
+        self._messages = messages
+        self._digests: list[bytes | None] = [None] * len(messages)
+        self._base = 0
+        self._chain = [_SEED]  # _chain[k] is the hash of messages[: _base + k]
+        if trusted is not None and 0 < trusted[0] <= len(messages):
+            self._base, self._chain = trusted[0], [bytes.fromhex(trusted[1])]
 
     def __len__(self) -> int:
         return len(self._digests)
+
+    def digest(self, i: int) -> bytes:
+        d = self._digests[i]
+        if d is None:
+            d = self._digests[i] = message_digest(self._messages[i])
+        return d
 
     def prefix(self, n: int) -> str:
         """Hex hash of the first n messages; n must be within 0..len."""
         if n < 0 or n > len(self._digests):
             raise IndexError(n)
-        cached = self._cache.get(n)
-        if cached is None:
-            h = hashlib.blake2b(digest_size=16)
-            h.update(n.to_bytes(8, "little"))
-            for d in self._digests[:n]:
-                h.update(d)
-            cached = self._cache[n] = h.hexdigest()
-        return cached
+        if n < self._base:  # before the trusted prefix: hash from the start
+            self._base, self._chain = 0, [_SEED]
+        chain = self._chain
+        while self._base + len(chain) <= n:
+            i = self._base + len(chain) - 1
+            chain.append(hashlib.blake2b(chain[-1] + self.digest(i), digest_size=16).digest())
+        return chain[n - self._base].hex()
+
+    def legacy_prefix(self, n: int) -> str:
+        """The hash states saved before the running chain used (one hash over n digests)."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(n.to_bytes(8, "little"))
+        for i in range(n):
+            h.update(self.digest(i))
+        return h.hexdigest()
 
     def matches(self, n: int, expected: str | None) -> bool:
         return expected is not None and 0 <= n <= len(self._digests) and self.prefix(n) == expected
@@ -96,12 +146,12 @@ class PrefixChain:
     def common_prefix(self, other_digests: Sequence[bytes]) -> int:
         """How many leading messages are equal to those of another chain's digests."""
         n = 0
-        for a, b in zip(self._digests, other_digests, strict=False):
-            if a != b:
+        for i, other in enumerate(other_digests[: len(self._digests)]):
+            if self.digest(i) != other:
                 break
             n += 1
         return n
 
     @property
     def digests(self) -> list[bytes]:
-        return list(self._digests)
+        return [self.digest(i) for i in range(len(self._digests))]

@@ -21,9 +21,10 @@ import orjson
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
 from proxy.extract_tool import content_text, split_calls
-from proxy.fingerprint import PrefixChain
+from proxy.fingerprint import PrefixChain, raw_digests
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: prefix hashes are a running chain, with a hash of the raw messages
+CHAIN_SCHEME = 2
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 MAX_TURNS_KEPT = 300
@@ -54,6 +55,7 @@ class HiddenExtract:
 class SessionState:
     prefix_len: int = 0
     prefix_hash: str | None = None
+    prefix_raw: str | None = None  # the same prefix's messages as received (raw_digests)
     prefix_chars: int = 0
     summary: str | None = None
     cut: int = 0
@@ -77,6 +79,7 @@ class SessionState:
     # upstream saw; view_len is how many messages they hold.
     view: list[str] | str | None = None
     view_len: int = 0
+    chain: int = CHAIN_SCHEME  # how prefix_hash and cut_hash were computed
 
     @property
     def compacted(self) -> bool:
@@ -94,6 +97,8 @@ class SessionState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if int(data.get("state_version") or 1) < 2:
+            known["chain"] = 1  # saved before the running chain: see PrefixChain.legacy_prefix
         hidden = [HiddenExtract(**h) for h in known.pop("hidden", []) or []]
         return cls(**known, hidden=hidden)
 
@@ -196,21 +201,79 @@ def estimate_tokens(messages: Sequence[Any]) -> int:
 
 @dataclass
 class Rebuild:
-    """A client's request rebuilt into a Conversation under a session's state."""
+    """A client's request rebuilt into a Conversation under a session's state.
+
+    The `Conversation` is built when first asked for: a session with nothing compacted sends
+    the client's messages as they are, and needs it only when compaction is considered.
+    """
 
     messages: list[dict[str, Any]]
     state: SessionState
-    conversation: Conversation
     chain: PrefixChain
     keys: dict[int, str]
-    origin: dict[int, int]
     originals: dict[str, Any]
     system_count: int
     new_from: int
+    raw_hash: str
+    chars: int  # what estimate_chars counts in messages
+    hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
+    _conversation: Conversation | None = field(default=None, init=False, repr=False)
+    _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def conversation(self) -> Conversation:
+        if self._conversation is None:
+            self._conversation = self._build()
+        return self._conversation
+
+    @property
+    def origin(self) -> dict[int, int]:
+        """id() of each conversation message -> index of the client message it comes from."""
+        _ = self.conversation
+        return self._origin
+
+    def _build(self) -> Conversation:
+        state, messages, keys = self.state, self.messages, self.keys
+        conv = Conversation()
+        if state.summary:
+            conv.set_system_message_content(state.summary, is_compressed=True)
+        for i in range(self.system_count):
+            conv.set_persistent_section(
+                f"client_system_{i}", content_text(messages[i].get("content"))
+            )
+        start = state.cut if state.summary else self.system_count
+        order = list(range(start, len(messages)))
+        if state.summary and state.moved_user is not None and state.moved_user < start:
+            order.insert(0, state.moved_user)
+        origin = self._origin
+        for i in order:
+            raw = messages[i]
+            extra = self.hidden.get(i)
+            if extra is not None:
+                raw = {**raw, "tool_calls": [*raw.get("tool_calls", []), *extra.calls]}
+            msg = RawOpenAIMessage(raw, key=keys.get(i))  # copies the dict
+            conv.append(msg)
+            origin[id(msg)] = i
+            for result in extra.results if extra else []:
+                key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
+                hidden_msg = RawOpenAIMessage(result, key=key)
+                conv.append(hidden_msg)
+                origin[id(hidden_msg)] = i
+        present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
+        conv.reclaim([k for k in state.reclaimed if k in present])
+        conv.total_tokens = state.total_tokens
+        conv.compaction_counter.summary_rounds = state.summary_rounds
+        conv.compaction_counter.toolcall_rounds = state.toolcall_rounds
+        conv.compaction_counter.toolcall_reclaimed = state.toolcall_reclaimed
+        return conv
 
     def upstream_messages(self) -> list[dict[str, Any]]:
         """The message list to send upstream."""
+        if self._conversation is None and not (
+            self.state.summary or self.state.reclaimed or self.hidden
+        ):
+            return list(self.messages)  # nothing to apply: the client's messages as sent
         params = self.conversation.completion_params()
         if self.state.summary:
             return params
@@ -231,11 +294,26 @@ class Rebuild:
         return self.state.total_tokens + new
 
 
+def _upgrade(state: SessionState, chain: PrefixChain) -> None:
+    """Re-hash a state saved under the earlier chain scheme against these messages."""
+
+    def rehash(n: int, expected: str | None) -> str | None:
+        if expected is None or not 0 <= n <= len(chain) or chain.legacy_prefix(n) != expected:
+            return None
+        return chain.prefix(n)
+
+    state.prefix_hash = rehash(state.prefix_len, state.prefix_hash)
+    state.cut_hash = rehash(state.cut, state.cut_hash)
+    state.prefix_raw, state.chain = None, CHAIN_SCHEME
+
+
 def _reconcile(
     messages: list[dict[str, Any]], chain: PrefixChain, state: SessionState | None, keys: set[str]
 ) -> tuple[SessionState, int, str | None]:
     if state is None:
         return SessionState(), 0, None
+    if state.chain != CHAIN_SCHEME:
+        _upgrade(state, chain)
     if chain.matches(state.prefix_len, state.prefix_hash):
         return state, state.prefix_len, None
     # The client edited, retried, branched or truncated. Keep what still holds.
@@ -274,58 +352,43 @@ def _hidden_by_anchor(
 def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
     """Rebuild the Conversation the upstream should see for this request."""
     messages = validate(messages)
-    chain = PrefixChain(messages)
+    raw_prefix, raw_hash = raw_digests(messages, state.prefix_len if state else 0)
+    trusted = None
+    if (
+        state is not None
+        and state.chain == CHAIN_SCHEME
+        and state.prefix_hash is not None
+        and state.prefix_raw == raw_prefix
+    ):
+        trusted = (state.prefix_len, state.prefix_hash)  # resent unchanged: hash only the rest
+    chain = PrefixChain(messages, trusted=trusted)
     keys = reclaim_keys(messages)
     state, new_from, reason = _reconcile(messages, chain, state, set(keys.values()))
+    if reason is None and new_from == state.prefix_len and state.prefix_chars:
+        chars = state.prefix_chars + estimate_chars(messages[new_from:])
+    else:
+        chars = estimate_chars(messages)
     system_count = leading_system_count(messages)
     if state.cut < system_count or state.cut > len(messages):
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
-
-    conv = Conversation()
-    if state.summary:
-        conv.set_system_message_content(state.summary, is_compressed=True)
-    for i in range(system_count):
-        conv.set_persistent_section(f"client_system_{i}", content_text(messages[i].get("content")))
-    origin: dict[int, int] = {}
     originals: dict[str, Any] = {keys[i]: messages[i].get("content") for i in keys}
-
     start = state.cut if state.summary else system_count
-    order = list(range(start, len(messages)))
-    if state.summary and state.moved_user is not None and state.moved_user < start:
-        order.insert(0, state.moved_user)
     hidden = _hidden_by_anchor(messages, state.hidden, start)
     state.hidden = list(hidden.values())
-    for i in order:
-        raw = dict(messages[i])
-        extra = hidden.get(i)
-        if extra is not None:
-            raw["tool_calls"] = [*raw.get("tool_calls", []), *extra.calls]
-        msg = RawOpenAIMessage(raw, key=keys.get(i))
-        conv.append(msg)
-        origin[id(msg)] = i
-        for result in extra.results if extra else []:
-            key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
-            hidden_msg = RawOpenAIMessage(dict(result), key=key)
-            conv.append(hidden_msg)
-            origin[id(hidden_msg)] = i
-            originals[key] = result.get("content")
-
-    present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
-    conv.reclaim([k for k in state.reclaimed if k in present])
-    conv.total_tokens = state.total_tokens
-    conv.compaction_counter.summary_rounds = state.summary_rounds
-    conv.compaction_counter.toolcall_rounds = state.toolcall_rounds
-    conv.compaction_counter.toolcall_reclaimed = state.toolcall_reclaimed
+    for extra in state.hidden:
+        for result in extra.results:
+            originals[HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))] = result.get("content")
     return Rebuild(
         messages=messages,
         state=state,
-        conversation=conv,
         chain=chain,
         keys=keys,
-        origin=origin,
         originals=originals,
         system_count=system_count,
         new_from=new_from,
+        raw_hash=raw_hash,
+        chars=chars,
+        hidden=hidden,
         reset_reason=reason,
     )
 
@@ -357,6 +420,15 @@ def apply_compaction(rb: Rebuild) -> None:
     state.toolcall_reclaimed = counter.toolcall_reclaimed
 
 
+def cover(rb: Rebuild) -> None:
+    """The state now describes this request's whole history."""
+    state = rb.state
+    state.prefix_len = len(rb.messages)
+    state.prefix_hash = rb.chain.prefix(len(rb.messages))
+    state.prefix_raw = rb.raw_hash
+    state.prefix_chars = rb.chars
+
+
 def record_turn(
     rb: Rebuild,
     *,
@@ -369,9 +441,7 @@ def record_turn(
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage."""
     state = rb.state
-    state.prefix_len = len(rb.messages)
-    state.prefix_hash = rb.chain.prefix(len(rb.messages))
-    state.prefix_chars = estimate_chars(rb.messages)
+    cover(rb)
     if keep_view:
         state.set_view(rb.messages, valid=rb.new_from if rb.reset_reason is None else 0)
     if total_tokens is not None:

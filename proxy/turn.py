@@ -43,7 +43,7 @@ from proxy.session import (
     SessionState,
     UnrecognisedHistory,
     apply_compaction,
-    estimate_chars,
+    cover,
     rebuild,
 )
 from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
@@ -304,9 +304,7 @@ class Turn:
             state.last_compaction = report.to_dict()
             # The state now describes this request's messages at their compacted size, so a
             # request of the same history that reads it does not compact again.
-            state.prefix_len = len(rb.messages)
-            state.prefix_hash = rb.chain.prefix(len(rb.messages))
-            state.prefix_chars = estimate_chars(rb.messages)
+            cover(rb)
             state.total_tokens = conv.total_tokens
 
     def summary_tools(self) -> list[dict[str, Any]] | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.fingerprint import PrefixChain, canonical
+from proxy.fingerprint import PrefixChain, canonical, raw_digests
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
 
@@ -84,3 +84,26 @@ def test_prefix_chain_is_stable_under_appends() -> None:
 def test_prefix_of_different_lengths_differ_even_for_empty_messages() -> None:
     chain = PrefixChain([{}, {}, {}])
     assert len({chain.prefix(n) for n in range(4)}) == 4
+
+
+def test_a_trusted_prefix_gives_the_same_hashes_as_hashing_from_the_start() -> None:
+    msgs = [{"role": "user", "content": str(i)} for i in range(12)]
+    full = PrefixChain(msgs)
+    trusted = PrefixChain(msgs, trusted=(7, full.prefix(7)))
+    assert [trusted.prefix(n) for n in range(7, 13)] == [full.prefix(n) for n in range(7, 13)]
+    # Only the messages after the trusted prefix were canonicalised for those.
+    assert trusted._digests[:7] == [None] * 7
+    # A prefix before it is hashed from the start, and still agrees.
+    assert [trusted.prefix(n) for n in range(13)] == [full.prefix(n) for n in range(13)]
+
+
+def test_raw_digests_see_key_order_that_the_canonical_form_ignores() -> None:
+    a = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    b = [{"content": "x", "role": "user"}, {"role": "assistant", "content": "y"}]
+    first, whole = raw_digests(a, 1)
+    assert raw_digests(a, 2) == (whole, whole)
+    assert first == raw_digests(a[:1], 0)[1] and first != whole
+    assert raw_digests(a, 0)[0] == raw_digests([], 0)[1]
+    assert raw_digests(a, 3)[0] is None
+    assert raw_digests(b, 1)[0] != first
+    assert PrefixChain(a).prefix(2) == PrefixChain(b).prefix(2)

@@ -7,11 +7,13 @@ from typing import Any
 import pytest
 
 from proxy.compact import placeholder_for
+from proxy.fingerprint import PrefixChain
 from proxy.session import (
     SessionState,
     UnrecognisedHistory,
     add_hidden,
     apply_compaction,
+    estimate_chars,
     estimate_tokens,
     rebuild,
     reclaim_keys,
@@ -234,3 +236,44 @@ def test_the_view_grows_by_what_each_turn_added() -> None:
     edited = [msgs[0], {"role": "user", "content": "changed"}, *msgs[2:]]
     state = record_turn(rebuild(edited, state), total_tokens=100)
     assert state.view_messages() == edited and len(state.view or []) == 1
+
+
+def test_a_history_resent_unchanged_is_hashed_only_from_where_it_grew() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    more = [*msgs, {"role": "user", "content": "next"}]
+    rb = rebuild(more, SessionState.from_bytes(state.to_bytes()))
+    assert rb.reset_reason is None and rb.new_from == len(msgs)
+    record_turn(rb, total_tokens=1100)
+    assert rb.chain._digests[: len(msgs)] == [None] * len(msgs)  # never canonicalised
+    assert rb.state.prefix_hash == PrefixChain(more).prefix(len(more))
+    assert rb.state.prefix_chars == estimate_chars(more)
+
+
+def test_a_history_reserialised_differently_still_matches_by_its_canonical_form() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    reordered = [dict(reversed(list(m.items()))) for m in msgs]  # same messages, keys reversed
+    rb = rebuild([*reordered, {"role": "user", "content": "next"}], state)
+    assert rb.reset_reason is None and rb.state.summary == "SUM"
+    assert rb.new_from == len(msgs)
+
+
+def test_a_state_saved_before_the_running_chain_is_upgraded_not_reset() -> None:
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    old = PrefixChain(msgs)
+    saved = state.to_dict()
+    saved.update(
+        state_version=1,
+        prefix_hash=old.legacy_prefix(state.prefix_len),
+        cut_hash=old.legacy_prefix(state.cut),
+    )
+    del saved["prefix_raw"], saved["chain"]
+    legacy = SessionState.from_dict(saved)
+    assert legacy.chain == 1
+    rb = rebuild([*msgs, {"role": "user", "content": "next"}], legacy)
+    assert rb.reset_reason is None and rb.state.summary == "SUM"
+    assert rb.state.reclaimed == state.reclaimed
+    assert (rb.state.prefix_hash, rb.state.cut_hash) == (state.prefix_hash, state.cut_hash)
+    assert rb.state.chain == 2
