@@ -1,7 +1,11 @@
 """The embedded default store: one SQLite file (WAL mode), so sessions survive a restart.
 
-The standard library's `sqlite3` blocks, so one dedicated worker thread owns the single
-connection and every operation runs there, off the event loop and serialised. Compare-and-set
+The standard library's `sqlite3` blocks, so one dedicated worker thread owns the writing
+connection and every write runs there, off the event loop and serialised. The one read on
+every request's path, a session's version (a few bytes by primary key), is answered on the
+caller's thread from a read-only connection instead: in WAL mode a reader never waits for a
+writer, so it takes microseconds where a trip through the worker costs two thread wake-ups;
+when it cannot answer at once (busy, an error, another thread) the worker answers. Compare-and-set
 is one statement (`UPDATE ... WHERE version = ?`, `INSERT ... ON CONFLICT DO NOTHING`), so it
 stays atomic even when several processes share the file. Leases live in their own table with
 a wall-clock expiry (processes on one machine share the clock); taking one is one upsert that
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +93,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._purged_at = 0.0
         self._closed = False
+        self._reader = _InlineReader(self.path)
 
     @property
     def where(self) -> str:
@@ -152,15 +158,18 @@ class SQLiteStore:
         return await self._run(lambda conn: _select(conn, session_id))
 
     async def version(self, key: SessionKey) -> int | None:
-        def read(conn: sqlite3.Connection) -> int | None:
-            row = conn.execute(
-                "SELECT version, tenant, session FROM sessions WHERE id = ?", (key.id,)
-            ).fetchone()
+        sql = "SELECT version, tenant, session FROM sessions WHERE id = ?"
+
+        def answer(row: Any) -> int | None:
             if row is None or SessionKey(row[1], row[2]) != key:
                 return None
             return int(row[0])
 
-        return await self._run(read)
+        if self._conn is not None and not self._closed:  # the schema exists
+            answered, row = self._reader.fetchone(sql, (key.id,))
+            if answered:
+                return answer(row)
+        return await self._run(lambda conn: answer(conn.execute(sql, (key.id,)).fetchone()))
 
     async def put(
         self,
@@ -299,6 +308,7 @@ class SQLiteStore:
         if self._closed:
             return
         self._closed = True
+        self._reader.close()
 
         def shut() -> None:
             if self._conn is not None:
@@ -311,6 +321,49 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         finally:
             self._executor.shutdown(wait=False)
+
+
+class _InlineReader:
+    """A read-only connection used on one thread only (the event loop's), that never waits.
+
+    `fetchone` answers (True, row), or (False, None) when the caller should ask the worker:
+    an in-memory database (private to the worker's connection), a call from another thread,
+    a busy database or any error.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._thread: int | None = None
+
+    def fetchone(self, sql: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        if self.path == ":memory:":
+            return False, None
+        if self._thread is None:
+            self._thread = threading.get_ident()
+        elif self._thread != threading.get_ident():
+            return False, None
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(
+                    f"file:{quote(self.path)}?mode=ro",
+                    uri=True,
+                    timeout=0,  # busy: let the worker wait instead
+                    isolation_level=None,
+                    check_same_thread=False,  # closed from whichever thread closes the store
+                )
+            return True, self._conn.execute(sql, args).fetchone()
+        except sqlite3.Error:
+            self.close()
+            return False, None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+            self._conn = None
 
 
 def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:

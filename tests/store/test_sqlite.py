@@ -183,3 +183,40 @@ async def test_in_memory_sqlite(tmp_path: Path) -> None:
         assert await store.count() == 1
     finally:
         await store.close()
+
+
+async def test_version_is_read_without_waiting_for_the_writer_thread(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.put(KEY, b"x", {}, expected_version=None)
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    busy = loop.run_in_executor(
+        store._executor, lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+    )
+    try:
+        # The worker is held up; the version still comes back, and is the committed one.
+        assert await asyncio.wait_for(store.version(KEY), 1) == 1
+        assert await asyncio.wait_for(store.version(SessionKey("other", "session")), 1) is None
+    finally:
+        release.set()
+        await busy
+    # A writer holding the database does not stop it either (WAL readers never wait).
+    blocker = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        blocker.execute("UPDATE sessions SET version = 9")
+        assert await asyncio.wait_for(store.version(KEY), 1) == 1  # not committed yet
+        blocker.execute("COMMIT")
+        assert await store.version(KEY) == 9
+    finally:
+        blocker.close()
+        await store.close()
+
+
+async def test_version_from_another_thread_goes_through_the_worker(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.put(KEY, b"x", {}, expected_version=None)
+    assert await store.version(KEY) == 1  # this thread now owns the inline reader
+    other = await asyncio.to_thread(lambda: asyncio.run(store.version(KEY)))
+    assert other == 1
+    await store.close()
