@@ -6,6 +6,7 @@ in the lifespan (`app.state.upstream`, `app.state.store`), never in module globa
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,7 +41,13 @@ from proxy.upstream import Upstream
 
 FORWARD_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 Endpoint = Callable[[Request], Awaitable[Response]]
-_COMPACTOR_FIELDS = ("toolcall_keep_max", "summary_keep_max", "escalation_rounds", "max_retries")
+_COMPACTOR_FIELDS = (
+    "toolcall_keep_max",
+    "summary_keep_max",
+    "tail_max_tokens",
+    "escalation_rounds",
+    "max_retries",
+)
 
 
 DEFAULT_COMPACTOR = "cache-aware"
@@ -55,7 +62,8 @@ def load_compactor(settings: Settings) -> CompactorAbstract:
     fields = {name: getattr(settings, name) for name in _COMPACTOR_FIELDS}
     path = BUILTIN_COMPACTORS.get(settings.compactor or DEFAULT_COMPACTOR, settings.compactor)
     if path is None or path == BUILTIN_COMPACTORS["seed"]:
-        return AutoCompactor(**fields)
+        seed_fields = {f.name for f in dataclasses.fields(AutoCompactor)}
+        return AutoCompactor(**{k: v for k, v in fields.items() if k in seed_fields})
     module_name, _, attr_path = path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)

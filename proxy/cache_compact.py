@@ -3,10 +3,12 @@
 It keeps the seed's mechanisms (reclaimed tool results behind placeholders, an eight-section
 summary in the system message) and changes the decisions:
 
-- budgets in tokens, not only counts: the newest tool results kept whole and the kept tail
-  are bounded by a share of the threshold, so one huge message cannot keep the prompt over;
-- hysteresis: once it fires it compacts down to a target well below the threshold, so the
-  next compaction is many turns away;
+- budgets in tokens, not only counts: the newest tool results kept whole are bounded by a
+  share of the threshold, the kept tail by a share and a fixed number of tokens, so one huge
+  message cannot keep the prompt over;
+- hysteresis: once it fires it compacts down to a target well below the threshold (at most
+  `target_ratio` of it, in practice the preamble, the summary and a small tail), so the next
+  compaction is many turns away;
 - break-even: a compaction runs only when the tokens it removes, billed at the cached price
   over the expected remaining turns, outweigh re-sending the rewritten part uncached plus the
   summary call; otherwise it waits, but never past the model's window (the hard ceiling);
@@ -80,10 +82,16 @@ class _Sizes:
 
 @dataclass
 class CacheAwareCompactor(CompactorAbstract):
-    """Compacts by cost; see the module docstring. Fields are shares of the threshold."""
+    """Compacts by cost; see the module docstring. `*_ratio` fields are shares of the threshold."""
 
+    # The kept tail after a summary: the newest messages within min(tail_ratio x threshold,
+    # tail_max_tokens), and never more than leaves the prompt at target_ratio x threshold.
+    # Every later turn re-sends what a compaction keeps, so the per-turn cost grows with the
+    # tail (BENCHMARKS.md section 5); the tail holds what the model needs to go on (the last
+    # exchanges), which does not grow with the model's window.
     target_ratio: float = 0.3
-    tail_ratio: float = 0.15
+    tail_ratio: float = 0.08
+    tail_max_tokens: int = 3000
     keep_tool_ratio: float = 0.1
     toolcall_keep_max: int = 12
     # Compact once the savings forgone while waiting reach this multiple of the cost.
@@ -170,7 +178,13 @@ class CacheAwareCompactor(CompactorAbstract):
         for i in reclaim.reclaim:
             tokens[i] = sizes.placeholder_tokens(i)
         roles = [m.role for m in conv.messages]
-        budget = threshold * self.tail_ratio
+        preamble_tokens = 0.0
+        for i, role in enumerate(roles):
+            if role not in ("system", "developer"):
+                break
+            preamble_tokens += tokens[i]
+        room = threshold * self.target_ratio - preamble_tokens - SUMMARY_OUTPUT_TOKENS
+        budget = max(0.0, min(threshold * self.tail_ratio, self.tail_max_tokens, room))
         keep, used = 0, 0.0
         for i in range(len(roles) - 1, -1, -1):
             if roles[i] == "system" and isinstance(conv.messages[i], SystemPrompt):

@@ -73,6 +73,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
+    Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),
     Option("escalation_rounds", "auto_compact.escalation_rounds", "XUN_ESCALATION_ROUNDS"),
     Option("max_retries", "auto_compact.max_retries", "XUN_MAX_RETRIES"),
     Option("compactor", "auto_compact.compactor", "XUN_COMPACTOR"),
@@ -156,6 +157,9 @@ class Settings(BaseSettings):
     summary_model: str | None = None
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
+    # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the
+    # threshold either way); the seed's compactor counts messages instead (summary_keep_max).
+    tail_max_tokens: int = Field(default=3000, ge=0)
     escalation_rounds: int = Field(default=2, ge=0)
     max_retries: int = Field(default=2, ge=0)
     compactor: str | None = None

@@ -54,6 +54,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "summary_model": ("m-f", "m-e", "m-g", "m-f", "m-e", "m-g"),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
+    "tail_max_tokens": (6, "7", 8, 6, 7, 8),
     "escalation_rounds": (0, "1", 3, 0, 1, 3),
     "max_retries": (0, "1", 3, 0, 1, 3),
     "compactor": ("a.f:C", "a.e:C", "a.g:C", "a.f:C", "a.e:C", "a.g:C"),
@@ -154,6 +155,7 @@ def test_custom_compactor_by_import_path(tmp_path: Path) -> None:
     assert compactor.fields == {
         "toolcall_keep_max": 12,
         "summary_keep_max": 16,
+        "tail_max_tokens": 3000,
         "escalation_rounds": 2,
         "max_retries": 2,
     }

@@ -195,3 +195,23 @@ async def test_no_summary_until_the_session_regrew_what_the_last_one_removed(
             last_removed = size - last_after
             econ.size_after_summary, econ.removed_by_summary = last_after, last_removed
         assert sequence_errors(conv.completion_params()) == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "bound"),
+    [
+        ({}, THRESHOLD * 0.08),  # the share of the threshold
+        ({"tail_max_tokens": 300}, 300),  # the cap in tokens
+        ({"tail_ratio": 0.5, "target_ratio": 0.2}, THRESHOLD * 0.2 - 1024),  # room under target
+    ],
+)
+async def test_the_kept_tail_is_bounded_in_tokens(kw: dict[str, Any], bound: float) -> None:
+    conv = sized(session(50, size=800))  # 50 exchanges of about 230 tokens each
+    report = await run(conv, Economics(hit_ratio=0.0, turns=50), **kw)
+    assert report.level == "summary"
+    params = conv.completion_params()
+    tail = [m for m in params[1:] if m["role"] != "user"]  # the moved task message aside
+    tail_tokens = sum(message_chars(m) for m in tail) / 4
+    assert tail and tail[-1] == params[-1]  # the newest exchange is always kept
+    assert tail_tokens <= bound + 1
+    assert sequence_errors(params) == []
