@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -37,7 +36,7 @@ from proxy.routes.forward import forward, forward_endpoint
 from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
-from proxy.upstream import Upstream
+from proxy.upstream import Pool, Upstream
 
 FORWARD_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -123,16 +122,16 @@ def create_app(
     settings: Settings,
     *,
     store: Store | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
+    pool: Pool | None = None,
 ) -> Starlette:
     """Build the proxy app. An injected `store` is used as is and not closed on shutdown;
-    `transport` replaces the upstream client's network transport (tests)."""
+    `pool` replaces the upstream connection pool (tests)."""
     compactor = load_compactor(settings)
     chat_endpoint = _chat_endpoint()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        upstream = Upstream(settings, transport=transport)
+        upstream = Upstream(settings, pool=pool)
         owned = store is None
         active = store
         if active is None:

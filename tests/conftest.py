@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from starlette.applications import Starlette
 
 from proxy.app import create_app
 from proxy.settings import Settings
+from proxy.upstream import Pool
 from tests.fake_upstream import FakeUpstream
 from tests.servers import UvicornThread
 
@@ -77,17 +77,17 @@ def proxy_settings(fake: FakeUpstream | None, **overrides: Any) -> Settings:
 
 @pytest.fixture
 def make_proxy(fake_upstream: FakeUpstream) -> Iterator[MakeProxy]:
-    """`make_proxy(**settings_overrides, store=None, transport=None) -> RunningProxy`."""
+    """`make_proxy(**settings_overrides, store=None, pool=None) -> RunningProxy`."""
     running: list[RunningProxy] = []
 
     def make(
         *,
         store: Any = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        pool: Pool | None = None,
         **overrides: Any,
     ) -> RunningProxy:
         settings = proxy_settings(fake_upstream, **overrides)
-        kwargs: dict[str, Any] = {"store": store, "transport": transport}
+        kwargs: dict[str, Any] = {"store": store, "pool": pool}
         app = create_app(settings, **kwargs)
         proxy = RunningProxy(app, settings, UvicornThread(app).start(), kwargs)
         running.append(proxy)

@@ -151,7 +151,7 @@ def test_lifespan_owns_upstream_and_only_its_own_store(monkeypatch: pytest.Monke
     with UvicornThread(app):
         assert app.state.store is injected
         upstream = app.state.upstream
-    assert injected.closed == 0 and upstream.client.is_closed
+    assert injected.closed == 0 and upstream.closed
 
     opened = CountingStore()
     monkeypatch.setattr("proxy.app.open_store", lambda url, **kwargs: opened)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
@@ -109,13 +110,27 @@ async def test_post_json(fake_upstream: FakeUpstream) -> None:
         await upstream.aclose()
 
 
-async def test_post_json_rejects_non_json() -> None:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b"<html>")
+class StandInPool:
+    """Answers every request with `reply`, or raises it when it is an exception."""
 
+    def __init__(self, reply: httpcore.Response | Exception) -> None:
+        self.reply = reply
+        self.requests: list[httpcore.Request] = []
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        self.requests.append(request)
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_post_json_rejects_non_json() -> None:
     upstream = Upstream(
         Settings(upstream_base_url="http://x/v1", store_url="memory://"),
-        transport=httpx.MockTransport(answer),
+        pool=StandInPool(httpcore.Response(200, content=b"<html>")),
     )
     try:
         with pytest.raises(UpstreamInvalidResponse):
@@ -127,22 +142,19 @@ async def test_post_json_rejects_non_json() -> None:
 @pytest.mark.parametrize(
     ("error", "status", "code"),
     [
-        (httpx.ConnectError("refused"), 502, "upstream_unreachable"),
-        (httpx.ConnectTimeout("slow"), 504, "upstream_timeout"),
-        (httpx.ReadTimeout("slow"), 504, "upstream_timeout"),
-        (httpx.WriteTimeout("slow"), 504, "upstream_timeout"),
-        (httpx.PoolTimeout("busy"), 503, "upstream_pool_exhausted"),
-        (httpx.RemoteProtocolError("closed"), 502, "upstream_unreachable"),
-        (httpx.UnsupportedProtocol("gopher"), 502, "upstream_unreachable"),
+        (httpcore.ConnectError("refused"), 502, "upstream_unreachable"),
+        (httpcore.ConnectTimeout("slow"), 504, "upstream_timeout"),
+        (httpcore.ReadTimeout("slow"), 504, "upstream_timeout"),
+        (httpcore.WriteTimeout("slow"), 504, "upstream_timeout"),
+        (httpcore.PoolTimeout("busy"), 503, "upstream_pool_exhausted"),
+        (httpcore.RemoteProtocolError("closed"), 502, "upstream_unreachable"),
+        (httpcore.UnsupportedProtocol("gopher"), 502, "upstream_unreachable"),
     ],
 )
 def test_transport_errors_map_to_statuses(
     make_proxy: MakeProxy, error: Exception, status: int, code: str
 ) -> None:
-    def fail(request: httpx.Request) -> httpx.Response:
-        raise error
-
-    proxy = make_proxy(transport=httpx.MockTransport(fail))
+    proxy = make_proxy(pool=StandInPool(error))
     response = httpx.get(proxy.base_url + "/models")
     assert response.status_code == status
     assert response.json()["error"]["code"] == code

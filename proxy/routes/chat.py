@@ -13,7 +13,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -21,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
-from proxy.errors import InvalidRequest, PayloadTooLarge, UpstreamError
+from proxy.errors import InvalidRequest, PayloadTooLarge, ProxyError, UpstreamError
 from proxy.extract_tool import answer
 from proxy.relay import (
     StreamRound,
@@ -38,7 +37,7 @@ from proxy.sse import DONE, SSEDecoder
 from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.turn import Turn, learned_window, tenant_of
-from proxy.upstream import Upstream, read_response, timed_chunks
+from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
 
 log = logging.getLogger("proxy.chat")
 
@@ -217,7 +216,7 @@ class ChatHandler:
         return self.turn.rb.conversation.estimated_message_length() < before
 
     # -- upstream calls -----------------------------------------------------------------
-    async def open(self, body: dict[str, Any]) -> httpx.Response:
+    async def open(self, body: dict[str, Any]) -> UpstreamResponse:
         started = time.perf_counter()
         try:
             resp = await self.upstream.send(
@@ -230,7 +229,7 @@ class ChatHandler:
 
     async def open_checked(
         self, body: dict[str, Any], *, first_round: bool = True
-    ) -> tuple[httpx.Response | None, Response | None]:
+    ) -> tuple[UpstreamResponse | None, Response | None]:
         """Open a round; on an error answer, try reactive compaction once, else relay the error.
 
         Only the first round may be rebuilt after compacting: later rounds carry the
@@ -375,7 +374,7 @@ class ChatHandler:
             background=BackgroundTask(resp.aclose),
         )
 
-    async def relay(self, resp: httpx.Response, body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def relay(self, resp: UpstreamResponse, body: dict[str, Any]) -> AsyncIterator[bytes]:
         usages: list[dict[str, Any]] = []
         rounds = 0
         chunk_id: str | None = None
@@ -420,13 +419,13 @@ class ChatHandler:
             if self.wants_usage and total is not None and last_chunk is not None:
                 yield usage_chunk(chunk_id, last_chunk, total)
             yield DONE
-        except (httpx.HTTPError, UpstreamError) as exc:
+        except ProxyError as exc:
             log.warning("upstream failed mid-stream: %s", type(exc).__name__)
             yield error_event(None, type(exc).__name__)
         finally:
             await resp.aclose()
 
-    async def relay_round(self, resp: httpx.Response, rnd: StreamRound) -> AsyncIterator[bytes]:
+    async def relay_round(self, resp: UpstreamResponse, rnd: StreamRound) -> AsyncIterator[bytes]:
         decoder = SSEDecoder()
         timing: dict[str, Any] = {}
         try:

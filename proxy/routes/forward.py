@@ -11,7 +11,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
@@ -25,7 +24,7 @@ from proxy.errors import (
     error_payload,
 )
 from proxy.settings import Settings
-from proxy.upstream import Content, Upstream, map_transport_error, timed_chunks
+from proxy.upstream import Content, Upstream, UpstreamResponse, timed_chunks
 
 API_PREFIX = "/v1"
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
@@ -81,28 +80,22 @@ def _request_content(request: Request, headers: dict[str, str], limit: int) -> C
     return None
 
 
-async def _relay_body(response: httpx.Response, timing: dict[str, Any]) -> AsyncIterator[bytes]:
-    if response.is_stream_consumed:
-        # A response built in memory (httpx.MockTransport) is read eagerly: relay its content.
-        yield response.content
-        return
+async def _relay_body(response: UpstreamResponse, timing: dict[str, Any]) -> AsyncIterator[bytes]:
     try:
         async for chunk in timed_chunks(response, timing):
             yield chunk
-    except httpx.HTTPError as exc:
+    except ProxyError as error:  # the upstream failed mid-body
         await response.aclose()
-        error = map_transport_error(exc)
-        content_type = response.headers.get("content-type", "")
-        if isinstance(error, ProxyError) and content_type.startswith("text/event-stream"):
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
             # A stream that just stopped would look complete; say why it ended.
             payload = error_payload(error.message, error.type, error.code)
             yield b"data: " + orjson.dumps(payload) + b"\n\n"
             return
         # Headers are already out: raising aborts the connection instead of a short body.
-        raise error from exc
+        raise
 
 
-def relay(response: httpx.Response, timing: dict[str, Any] | None = None) -> Response:
+def relay(response: UpstreamResponse, timing: dict[str, Any] | None = None) -> Response:
     """Stream an open upstream response back unchanged; it is closed when the relay ends.
 
     Time spent waiting on the upstream's body is added to `timing["upstream_ms"]`.
