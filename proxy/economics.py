@@ -10,7 +10,6 @@ later turn, outweigh that one-off rewrite plus the summary call.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,16 +50,17 @@ def observed_hit_ratio(turns: Sequence[Mapping[str, Any]], window: int = 8) -> f
     Only turns whose predecessor did not compact count (a compaction rewrites the prefix on
     purpose). None when the upstream never reported `cached_tokens`.
     """
-    ratios: list[float] = []
-    for prev, turn in itertools.pairwise(turns):
-        if prev.get("compaction", "none") != "none":
+    recent: list[float] = []  # newest first; the log is read from its end
+    for i in range(len(turns) - 1, 0, -1):
+        if turns[i - 1].get("compaction", "none") != "none":
             continue
-        cached, prompt = turn.get("cached_tokens"), turn.get("prompt_tokens")
+        cached, prompt = turns[i].get("cached_tokens"), turns[i].get("prompt_tokens")
         if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
-            ratios.append(min(1.0, cached / prompt))
-    if not ratios:
+            recent.append(min(1.0, cached / prompt))
+            if len(recent) == window:
+                break
+    if not recent:
         return None
-    recent = ratios[-window:]
     return sum(recent) / len(recent)
 
 

@@ -152,21 +152,26 @@ def validate(messages: Any) -> list[dict[str, Any]]:
     """Check the history is one the proxy understands; raise UnrecognisedHistory if not."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
-    open_calls: set[Any] = set()
+    open_calls: Any = ()
     for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in KNOWN_ROLES:
-            raise UnrecognisedHistory(f"message {i} has no known role")
-        role = msg["role"]
-        if role == "assistant":
-            calls = msg.get("tool_calls")
-            if calls is not None and not isinstance(calls, list):
-                raise UnrecognisedHistory(f"message {i}: tool_calls is not a list")
-            open_calls = {c.get("id") for c in calls or [] if isinstance(c, dict)}
-        elif role == "tool":
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role == "tool":
             if msg.get("tool_call_id") not in open_calls:
                 raise UnrecognisedHistory(f"message {i}: tool result without a matching call")
+        elif role == "assistant":
+            calls = msg.get("tool_calls")
+            if calls is None:
+                open_calls = ()
+            elif not isinstance(calls, list):
+                raise UnrecognisedHistory(f"message {i}: tool_calls is not a list")
+            elif len(calls) == 1 and isinstance(calls[0], dict):
+                open_calls = (calls[0].get("id"),)
+            else:
+                open_calls = {c.get("id") for c in calls if isinstance(c, dict)}
+        elif role not in KNOWN_ROLES:
+            raise UnrecognisedHistory(f"message {i} has no known role")
         elif role != "function":
-            open_calls = set()
+            open_calls = ()
     return messages
 
 

@@ -30,6 +30,7 @@ import hashlib
 import logging
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any
@@ -229,9 +230,13 @@ class Turn:
         post: PostFn,
         summary_model: str | None,
         force_tokens: int | None = None,
-        economics: Economics | None = None,
+        economics: Callable[[], Economics | None] | None = None,
     ) -> None:
-        """Run the compactor, under the session's lease, when the size crosses the threshold."""
+        """Run the compactor, under the session's lease, when the size crosses the threshold.
+
+        `economics` is asked for the session's costs (cost-aware compactors) once the lease
+        is held, so it sees the state as re-read then.
+        """
         if self.rb is None or self._over(threshold, force_tokens) is None:
             return
         token = await self._take_lease(threshold, force_tokens)
@@ -243,7 +248,8 @@ class Turn:
                 return  # what another request saved meanwhile already covers this one
             renewer = asyncio.create_task(self._keep_lease(token))
             try:
-                await self._run(compactor, projected, threshold, post, summary_model, economics)
+                econ = economics() if economics is not None else None
+                await self._run(compactor, projected, threshold, post, summary_model, econ)
             finally:
                 renewer.cancel()
                 await asyncio.wait([renewer])

@@ -7,6 +7,7 @@ pure core, the extract-tool filtering in `proxy.relay`, the HTTP plumbing in
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -156,7 +157,7 @@ class ChatHandler:
                 post=self.post_summary,
                 summary_model=self.settings.summary_model,
                 force_tokens=force_tokens,
-                economics=self.economics(force=force_tokens is not None),
+                economics=functools.partial(self.economics, force=force_tokens is not None),
             )
             if self.turn.compaction in ("toolcall", "summary"):
                 await self.turn.save()  # a compaction paid for is kept even if the turn fails
