@@ -78,7 +78,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy import lifecycle
+    from proxy import lifecycle, memory
     from proxy.app import create_app
     from proxy.logging import configure_logging
 
@@ -87,12 +87,20 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(overrides)
     configure_logging(settings.log_level)
     app = create_app(settings)
+    # After a burst of load, give the allocators' spare memory back (proxy.memory).
+    memory.tune_allocator()
+    drain: lifecycle.Drain = app.state.drain
+    reclaimer = memory.IdleReclaimer(
+        lambda: (drain.in_flight, drain.admitted),
+        on_reclaim=app.state.metrics.memory_reclaim_seconds.observe,
+    )
     # SIGTERM drains (proxy.lifecycle): /readyz and new requests answer 503, requests in
     # flight get `drain_timeout` seconds to finish, then the process exits with status 0.
     return lifecycle.serve(
         app,
-        drain=app.state.drain,
+        drain=drain,
         drain_timeout=settings.drain_timeout,
+        reclaimer=reclaimer,
         host=settings.host,
         port=settings.port,
         lifespan="on",

@@ -25,6 +25,7 @@ from starlette.datastructures import State
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import ServiceUnavailable, error_payload, error_response
+from proxy.memory import IdleReclaimer
 
 log = logging.getLogger("proxy.lifecycle")
 
@@ -43,6 +44,9 @@ class Drain:
         self.draining = False
         self.started_at: float | None = None
         self.in_flight = 0
+        # Requests let in so far, probes and scrapes (EXEMPT_PATHS) aside: the idle memory
+        # reclaimer (proxy.memory) tells a lull after traffic from a quiet process by it.
+        self.admitted = 0
 
     def begin(self) -> bool:
         """Start draining; True the first time. Safe to call from a signal handler."""
@@ -105,6 +109,8 @@ class DrainMiddleware:
             await send(message)
 
         self.drain.in_flight += 1
+        if scope["path"] not in EXEMPT_PATHS:
+            self.drain.admitted += 1
         try:
             await self.app(scope, receive, watch)
         except asyncio.CancelledError:
@@ -121,10 +127,18 @@ class DrainMiddleware:
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, but a signal starts a drain and the process then exits with 0."""
 
-    def __init__(self, config: uvicorn.Config, *, drain: Drain, drain_timeout: float) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        drain: Drain,
+        drain_timeout: float,
+        reclaimer: IdleReclaimer | None = None,
+    ) -> None:
         super().__init__(config)
         self.drain = drain
         self.drain_timeout = drain_timeout
+        self.reclaimer = reclaimer
         self._announced = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -152,20 +166,33 @@ class DrainingServer(uvicorn.Server):
                     # The drain already waited: uvicorn cancels what is left almost at once.
                     self.config.timeout_graceful_shutdown = 0
                 self.should_exit = True
+        elif self.reclaimer is not None:
+            self.reclaimer.tick()  # a no-op unless the proxy just went idle after traffic
         return await super().on_tick(counter)
 
 
 KEEP_ALIVE_SECONDS = 75
 
 
-def serve(app: Any, *, drain: Drain, drain_timeout: float, **options: Any) -> int:
-    """Run `app` under uvicorn with draining on SIGTERM/SIGINT; returns the exit status."""
+def serve(
+    app: Any,
+    *,
+    drain: Drain,
+    drain_timeout: float,
+    reclaimer: IdleReclaimer | None = None,
+    **options: Any,
+) -> int:
+    """Run `app` under uvicorn with draining on SIGTERM/SIGINT; returns the exit status.
+    The server's loop ticks `reclaimer` (proxy.memory) between requests."""
     options.setdefault("timeout_graceful_shutdown", _SERVER_GRACE_SECONDS)
     # Longer than the idle expiry of common clients' pools (httpx and the OpenAI SDKs: 5 s),
     # so a client never reuses a connection the proxy is closing at that very moment.
     options.setdefault("timeout_keep_alive", KEEP_ALIVE_SECONDS)
     server = DrainingServer(
-        uvicorn.Config(app, **options), drain=drain, drain_timeout=drain_timeout
+        uvicorn.Config(app, **options),
+        drain=drain,
+        drain_timeout=drain_timeout,
+        reclaimer=reclaimer,
     )
     server.run()
     return 0 if server.started else 1

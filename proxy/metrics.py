@@ -30,6 +30,7 @@ UNMATCHED_ROUTE = "unmatched"
 ACTIVE_SESSIONS_TTL = 10.0
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_RECLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
 _LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -111,6 +112,12 @@ class Metrics:
         self.active_sessions = Gauge(
             "xun_active_sessions",
             "Sessions in the store (counted at most every 10 s).",
+            registry=reg,
+        )
+        self.memory_reclaim_seconds = Histogram(
+            "xun_memory_reclaim_seconds",
+            "Idle memory reclaims after traffic (full GC and malloc_trim), by duration.",
+            buckets=_RECLAIM_BUCKETS,
             registry=reg,
         )
         self._counted_at = float("-inf")
