@@ -28,6 +28,7 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from proxy.pool import OriginPool
 from proxy.settings import Settings
 
 HOP_BY_HOP = frozenset(
@@ -65,7 +66,7 @@ KEEPALIVE_EXPIRY_S = 5.0
 
 
 class Pool(Protocol):
-    """What sends a request: httpcore's connection pool, or a stand-in in tests."""
+    """What sends a request: the proxy's `OriginPool`, or a stand-in in tests."""
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response: ...
 
@@ -128,10 +129,8 @@ class Upstream:
         }
         # No proxy from the environment and no redirects: calls go to the configured URL only.
         self.closed = False
-        self.pool: Pool = pool or httpcore.AsyncConnectionPool(
-            max_connections=settings.max_upstream_connections,
-            max_keepalive_connections=settings.max_upstream_connections,
-            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        self.pool: Pool = pool or OriginPool(
+            limit=settings.max_upstream_connections, keepalive_expiry=KEEPALIVE_EXPIRY_S
         )
 
     def url(self, path: str, params: Params = None) -> httpx.URL:
