@@ -25,7 +25,18 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.bench.common import Child, free_port, print_header, rnd, running, table, xun_proxy
+from tests.bench.common import (
+    Child,
+    free_port,
+    git_commit,
+    machine,
+    print_header,
+    rnd,
+    running,
+    table,
+    write_result,
+    xun_proxy,
+)
 from tests.bench.histories import history
 from tests.bench.overhead import SESSION_HEADER, SIZES
 
@@ -148,12 +159,21 @@ def main(argv: list[str] | None = None) -> int:
             child.start()
             child.wait_ready("/healthz", timeout=30)
         result = asyncio.run(measure(args, proxies, upstream))
+    summary = {
+        "machine": machine(),
+        "commit": git_commit(),
+        "argv": sys.argv[1:],
+        "compare": args.compare,
+        "results": result,
+    }
+    path = write_result("cpu", summary)
     print_header("CPU per request of the process that answered (ms, median of rounds), wall p50")
     rows = []
     for size, paths in result.items():
         for name, r in paths.items():
             rows.append([size, name, r["proxy_cpu_ms"], r["kernel_share"], r["wall_p50_ms"]])
     print(table(["size", "path", "CPU ms/request", "of it in the kernel", "wall p50 ms"], rows))
+    print(f"wrote {path}")
     return 0
 
 

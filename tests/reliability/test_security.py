@@ -249,9 +249,13 @@ def test_no_request_field_changes_the_upstream(
         f"Content-Type: application/json\r\nContent-Length: {len(json.dumps(body))}\r\n"
         f"Connection: close\r\n\r\n{json.dumps(body)}"
     ).encode()
-    # uvicorn reads an absolute-form target as a path outside /v1: the proxy's own 404.
-    assert raw_request(proxy.port, absolute).startswith(b"HTTP/1.1 404")
+    # An absolute-form target: uvicorn's h11 parser reads it as a path outside /v1 (the
+    # proxy's own 404), its httptools parser takes the path out of it (then the request goes
+    # to the configured upstream like any other). Never to the host it names.
+    answer = raw_request(proxy.port, absolute)
+    assert answer.startswith((b"HTTP/1.1 404", b"HTTP/1.1 200"))
     assert evil.requests == []
     fake_host = fake_upstream.base_url.removeprefix("http://")
     assert {r.headers["host"] for r in fake_upstream.requests} == {fake_host}
-    assert len(fake_upstream.chat_requests) == len(headers_tried)
+    routed = answer.startswith(b"HTTP/1.1 200")
+    assert len(fake_upstream.chat_requests) == len(headers_tried) + routed
