@@ -3,10 +3,10 @@
 Nothing leaks under load, but the allocators keep what a burst made them take. Two measures,
 both for glibc (elsewhere they do nothing):
 
-- `tune_allocator` fixes malloc's mmap threshold. By default glibc raises it to the size of
-  every large block that is freed (up to 32 MiB), so after a few big buffers (request bodies,
-  orjson's generously reserved output) blocks of hundreds of KiB come from the heap instead of
-  mmap and stay there as free fragments once the burst is over.
+- `tune_allocator` fixes malloc's mmap threshold (at 4 MiB). By default glibc raises it to
+  the size of every large block that is freed (up to 32 MiB), so after a few huge buffers
+  blocks of many MiB come from the heap instead of mmap and stay there as free fragments
+  once the burst is over.
 - `IdleReclaimer` waits until no request has been in flight for a moment after some were
   served, then runs a full garbage collection (request objects caught in reference cycles
   otherwise wait for the rare oldest-generation pass) and `malloc_trim(0)`, which hands the
@@ -27,7 +27,11 @@ from collections.abc import Callable
 from functools import cache
 
 M_MMAP_THRESHOLD = -3  # mallopt parameter, <malloc.h>
-MMAP_THRESHOLD = 128 * 1024  # glibc's initial value, kept fixed
+# Fixed, so it never climbs with the largest block freed (glibc lets it reach 32 MiB), and high
+# enough that a big request's buffers (an 800 KB body, its serialised copies, the session
+# state) are reused from the heap: at glibc's initial 128 KiB each of them was mapped and
+# faulted in afresh, 2 ms of kernel time per 800 KB request (tests/bench/cpu.py).
+MMAP_THRESHOLD = 4 * 2**20
 IDLE_SECONDS = 1.0
 # A steady trickle of requests must not turn into a full collection after every one.
 MIN_INTERVAL_SECONDS = 10.0
