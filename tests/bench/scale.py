@@ -206,8 +206,13 @@ def whole_turn(raw: bytes, state: bytes, tokens: int) -> None:
     rb.state.to_bytes()
 
 
-def cpu(repeats: int) -> dict[str, Any]:
+def full_chain(messages: list[dict[str, Any]]) -> str:
     from proxy.fingerprint import PrefixChain
+
+    return PrefixChain(messages).prefix(len(messages))
+
+
+def cpu(repeats: int) -> dict[str, Any]:
     from proxy.session import rebuild, record_turn
 
     rows = []
@@ -224,7 +229,9 @@ def cpu(repeats: int) -> dict[str, Any]:
 
         row: dict[str, Any] = {"tokens": tokens, "messages": n_messages, "body_bytes": len(raw)}
         steps = (
-            ("fingerprint", functools.partial(PrefixChain, messages)),
+            # The whole canonical chain: what a first turn, or a client that re-serialises its
+            # history, costs (a history resent unchanged only hashes its new messages).
+            ("fingerprint", functools.partial(full_chain, messages)),
             ("rebuild", functools.partial(rebuild_known, messages, state_bytes)),
             ("turn", functools.partial(whole_turn, raw, state_bytes, tokens)),
             ("turn300", functools.partial(whole_turn, raw, long_state, tokens)),
