@@ -363,6 +363,7 @@ def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
         state is not None
         and state.chain == CHAIN_SCHEME
         and state.prefix_hash is not None
+        and raw_prefix is not None
         and state.prefix_raw == raw_prefix
     ):
         trusted = (state.prefix_len, state.prefix_hash)  # resent unchanged: hash only the rest
