@@ -112,7 +112,7 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 
 
 class Upstream:
-    """Owns the shared client. Create it in the app lifespan and `aclose()` it on shutdown."""
+    """Owns the shared pool. Create it in the app lifespan and `aclose()` it on shutdown."""
 
     def __init__(self, settings: Settings, *, pool: Pool | None = None) -> None:
         self.base_url = httpx.URL(settings.upstream_base_url)
@@ -127,8 +127,8 @@ class Upstream:
             "write": settings.write_timeout,
             "pool": settings.pool_timeout,
         }
-        # No proxy from the environment and no redirects: calls go to the configured URL only.
         self.closed = False
+        # No proxy from the environment and no redirects: calls go to the configured URL only.
         self.pool: Pool = pool or OriginPool(
             limit=settings.max_upstream_connections, keepalive_expiry=KEEPALIVE_EXPIRY_S
         )

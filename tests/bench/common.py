@@ -216,6 +216,13 @@ def running(children: Sequence[Child]) -> Iterator[None]:
             child.stop()
 
 
+def fast_upstream(scratch: Path) -> Child:
+    """The benchmarks' instant fake upstream (`tests.bench.fast_upstream`), not yet started."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.bench.fast_upstream", "--port", str(port)]
+    return Child("fast-upstream", argv, port, scratch / "upstream.log")
+
+
 def xun_proxy(
     name: str,
     upstream: str,

@@ -17,7 +17,6 @@ import asyncio
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,12 @@ import orjson
 
 from tests.bench.common import (
     Child,
-    free_port,
+    fast_upstream,
     git_commit,
     machine,
     print_header,
     rnd,
+    run_dir,
     running,
     table,
     write_result,
@@ -124,32 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--compare-python", default=sys.executable, help="its interpreter")
     args = parser.parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="xun-cpu-"))
-    up_port = free_port()
-    upstream = Child(
-        "fast-upstream",
-        [sys.executable, "-m", "tests.bench.fast_upstream", "--port", str(up_port)],
-        up_port,
-        scratch / "upstream.log",
-    )
-    proxy = xun_proxy(
-        "xun-proxy",
-        upstream.url + "/v1",
-        scratch,
-        python=args.python,
-        store=f"sqlite:///{scratch / 'xun.db'}",
-        token_threshold=10**9,
-    )
-    proxies = {"": proxy}
-    if args.compare:
-        other = xun_proxy(
-            "xun-base",
+    scratch = run_dir("cpu")
+    upstream = fast_upstream(scratch)
+
+    def proxy(name: str, python: str) -> Child:
+        return xun_proxy(
+            name,
             upstream.url + "/v1",
             scratch,
-            python=args.compare_python,
-            store=f"sqlite:///{scratch / 'base.db'}",
+            python=python,
+            store=f"sqlite:///{scratch / f'{name}.db'}",
             token_threshold=10**9,
         )
+
+    proxies = {"": proxy("xun-proxy", args.python)}
+    if args.compare:
+        other = proxy("xun-base", args.compare_python)
         other.cwd = Path(args.compare).resolve()  # `python -m proxy` imports from there
         proxies["base-"] = other
     with running([upstream, *proxies.values()]):

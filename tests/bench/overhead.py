@@ -41,7 +41,7 @@ import orjson
 from tests.bench import peers
 from tests.bench.common import (
     Child,
-    free_port,
+    fast_upstream,
     git_commit,
     machine,
     percentile,
@@ -286,13 +286,7 @@ async def buffering_check(targets: list[Target], payload: bytes) -> dict[str, An
 def start_all(
     scratch: Path, args: argparse.Namespace
 ) -> tuple[list[Child], list[Target], dict[str, Any]]:
-    up_port = free_port()
-    upstream = Child(
-        "fast-upstream",
-        [sys.executable, "-m", "tests.bench.fast_upstream", "--port", str(up_port)],
-        up_port,
-        scratch / "upstream.log",
-    )
+    upstream = fast_upstream(scratch)
     upstream.start()
     upstream.wait_ready("/health", timeout=20)
     children = [upstream]

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from tests.bench.common import Child, free_port, print_header, run_dir, running, table, xun_proxy
+from tests.bench.common import fast_upstream, print_header, run_dir, running, table, xun_proxy
 from tests.bench.histories import body, history
 from tests.bench.overhead import SIZES, Samples, Target, compaction_threshold, run_slice
 
@@ -77,13 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 2
     scratch = run_dir("profile")
-    port = free_port()
-    upstream = Child(
-        "fast-upstream",
-        [sys.executable, "-m", "tests.bench.fast_upstream", "--port", str(port)],
-        port,
-        scratch / "upstream.log",
-    )
+    upstream = fast_upstream(scratch)
     proxy = xun_proxy(
         "xun-proxy",
         upstream.url + "/v1",
