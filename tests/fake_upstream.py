@@ -471,6 +471,7 @@ class FakeUpstream:
         headers["content-type"] = "text/event-stream; charset=utf-8"
         with self._lock:
             record.streaming = True
+            self._lock.notify_all()  # wake wait_for(): open_streams changed
         return _WatchedResponse(200, headers, parts, self._closed(record))
 
     def _closed(self, record: RecordedRequest) -> Callable[[str], None]:
