@@ -90,8 +90,15 @@ def _serve(args: argparse.Namespace) -> int:
     # After a burst of load, give the allocators' spare memory back (proxy.memory).
     memory.tune_allocator()
     drain: lifecycle.Drain = app.state.drain
+
+    def release() -> None:  # the store is opened by the app's lifespan, once serving starts
+        store = getattr(app.state, "store", None)
+        if store is not None:
+            store.release_memory()
+
     reclaimer = memory.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),
+        action=lambda: memory.reclaim(release),
         on_reclaim=app.state.metrics.memory_reclaim_seconds.observe,
     )
     # SIGTERM drains (proxy.lifecycle): /readyz and new requests answer 503, requests in

@@ -61,8 +61,12 @@ def trim() -> bool:
     return bool(libc is not None and libc.malloc_trim(0))
 
 
-def reclaim() -> None:
-    """A full collection, then the trim: what the reclaimer runs once the proxy is idle."""
+def reclaim(release: Callable[[], None] | None = None) -> None:
+    """What the reclaimer runs once the proxy is idle: `release` (caches that hold memory
+    only for speed let it go: the store's, see `Store.release_memory`), a full collection,
+    then the trim."""
+    if release is not None:
+        release()
     gc.collect()
     trim()
 

@@ -89,6 +89,16 @@ def test_a_steady_trickle_reclaims_at_most_every_min_interval() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+def test_reclaim_lets_caches_go_before_collecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(memory.gc, "collect", lambda: order.append("collect"))
+    monkeypatch.setattr(memory, "trim", lambda: order.append("trim") or True)
+    memory.reclaim(lambda: order.append("release"))
+    assert order == ["release", "collect", "trim"]
+    memory.reclaim()
+    assert order[3:] == ["collect", "trim"]
+
+
 def test_glibc_calls_answer_on_linux() -> None:
     if memory._glibc() is None:
         pytest.skip("not glibc")

@@ -164,6 +164,14 @@ class Store(Protocol):
         """Whether the store answers; never raises."""
         ...
 
+    def release_memory(self) -> None:
+        """Drop what the store holds in memory only to go faster (SQLite's page caches).
+
+        Called when the proxy has gone idle, before the allocators are trimmed
+        (proxy.memory); may block briefly, never raises.
+        """
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -224,6 +224,11 @@ class CachedStore:
     async def ping(self) -> bool:
         return await self.inner.ping()
 
+    def release_memory(self) -> None:
+        # The hot states stay: they are bounded (max_entries, max_bytes) and the next turn of
+        # each session needs its own.
+        self.inner.release_memory()
+
     async def close(self) -> None:
         self._entries.clear()
         self._bytes = 0

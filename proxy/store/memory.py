@@ -157,6 +157,9 @@ class MemoryStore:
     async def ping(self) -> bool:
         return True
 
+    def release_memory(self) -> None:
+        return None  # it holds the sessions themselves, nothing besides
+
     async def close(self) -> None:
         return None
 

@@ -434,6 +434,9 @@ class RedisStore:
         except Exception:  # the contract: ping reports, it never raises
             return False
 
+    def release_memory(self) -> None:
+        return None  # the server holds the sessions; the client keeps only its connections
+
     async def close(self) -> None:
         with self._errors():
             await self._client.aclose()

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from time import time as wall_clock
 from typing import Any, TypeVar
@@ -68,6 +69,12 @@ PRAGMA user_version = 2;
 """
 
 _PURGE_EVERY = 3600.0
+# Once a write has waited out the busy timeout (another process holds the database), the next
+# ones wait this long only, until one gets through: a held lock costs one request the full
+# wait, not every request while it lasts.
+_HELD_UP_TIMEOUT_S = 0.1
+# How long an idle proxy waits for the worker to drop its page cache (it is idle too).
+_RELEASE_WAIT_S = 1.0
 _LIST_COLUMNS = "id, tenant, session, meta, version, updated_at, length(data)"
 
 
@@ -92,6 +99,7 @@ class SQLiteStore:
         # Touched only from the worker thread.
         self._conn: sqlite3.Connection | None = None
         self._purged_at = 0.0
+        self._held_up = False  # the last write timed out on a lock: wait briefly only
         self._closed = False
         self._reader = _InlineReader(self.path)
 
@@ -113,7 +121,24 @@ class SQLiteStore:
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
             self._conn = self._connect()
-        return fn(self._conn)
+            self._held_up = False
+        conn = self._conn
+        changes = conn.total_changes
+        try:
+            result = fn(conn)
+        except sqlite3.OperationalError as exc:
+            if not self._held_up and "locked" in str(exc):
+                self._held_up = True
+                self._set_busy_timeout(conn, _HELD_UP_TIMEOUT_S)
+            raise
+        if self._held_up and conn.total_changes != changes:  # a write got through
+            self._held_up = False
+            self._set_busy_timeout(conn, self.busy_timeout)
+        return result
+
+    @staticmethod
+    def _set_busy_timeout(conn: sqlite3.Connection, seconds: float) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
@@ -130,7 +155,7 @@ class SQLiteStore:
             check_same_thread=False,
         )
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            self._set_busy_timeout(conn, self.busy_timeout)
             if not self.read_only:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
@@ -304,6 +329,17 @@ class SQLiteStore:
             return False
         return True
 
+    def release_memory(self) -> None:
+        """Empty both connections' page caches (up to 2 MiB each by SQLite's default, filled
+        with the pages a burst of writes touched); the next reads come from the OS's cache."""
+        self._reader.release_memory()
+        if self._closed or self._conn is None:
+            return
+        try:
+            self._executor.submit(self._call, _shrink).result(timeout=_RELEASE_WAIT_S)
+        except (FutureTimeout, RuntimeError, sqlite3.Error, OSError):
+            pass  # busy, or closing: the next lull tries again
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -321,6 +357,10 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         finally:
             self._executor.shutdown(wait=False)
+
+
+def _shrink(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA shrink_memory")
 
 
 class _InlineReader:
@@ -356,6 +396,14 @@ class _InlineReader:
         except sqlite3.Error:
             self.close()
             return False, None
+
+    def release_memory(self) -> None:
+        """Drop the page cache; from the loop's thread only, like every other use."""
+        if self._conn is not None and self._thread == threading.get_ident():
+            try:
+                _shrink(self._conn)
+            except sqlite3.Error:
+                self.close()
 
     def close(self) -> None:
         if self._conn is not None:

@@ -227,6 +227,24 @@ async def test_ping(store: Store) -> None:
     assert await store.ping() is True
 
 
+async def test_releasing_memory_loses_nothing(store: Store) -> None:
+    """What an idle proxy does before trimming its heap (proxy.memory): only caches go."""
+    keys = [SessionKey("tenant-a", f"session-{n}") for n in range(20)]
+    for n, key in enumerate(keys):
+        await put_new(store, key, b"state %d " % n * 500, n=n)
+    store.release_memory()
+    store.release_memory()  # twice in a row is fine too
+    for n, key in enumerate(keys):
+        got = await store.get(key)
+        assert got is not None and (got.data, got.meta, got.version) == (
+            b"state %d " % n * 500,
+            {"n": n},
+            1,
+        )
+        assert await store.version(key) == 1
+    assert await store.put(keys[0], b"next", {}, expected_version=1) == 2
+
+
 async def test_tenants_are_isolated(store: Store) -> None:
     alice, bob = SessionKey("alice", "shared-id"), SessionKey("bob", "shared-id")
     assert alice.id != bob.id

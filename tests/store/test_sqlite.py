@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,36 @@ async def test_locked_database_is_a_store_error(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_a_held_lock_costs_the_full_busy_timeout_once(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path, busy_timeout=1.0)
+    await store.put(KEY, b"x", {}, expected_version=None)
+    blocker = sqlite3.connect(path, isolation_level=None)
+
+    async def failing_put() -> float:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="locked"):
+            await store.put(KEY, b"y", {}, expected_version=1)
+        return time.monotonic() - started
+
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        assert await failing_put() >= 0.9  # the whole busy timeout
+        waits = [await failing_put() for _ in range(3)]
+        assert max(waits) < 0.5, waits  # then only briefly while the lock stays
+        assert await store.version(KEY) == 1  # reads never waited
+        blocker.execute("ROLLBACK")
+        assert await store.put(KEY, b"y", {}, expected_version=1) == 2
+        blocker.execute("BEGIN EXCLUSIVE")  # a write got through: the full timeout again
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="locked"):
+            await store.put(KEY, b"z", {}, expected_version=2)
+        assert time.monotonic() - started >= 0.9
+    finally:
+        blocker.close()
+        await store.close()
+
+
 async def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("not a directory")
     store = SQLiteStore(tmp_path / "a-file" / "sessions.db")
@@ -220,3 +251,26 @@ async def test_version_from_another_thread_goes_through_the_worker(tmp_path: Pat
     other = await asyncio.to_thread(lambda: asyncio.run(store.version(KEY)))
     assert other == 1
     await store.close()
+
+
+async def test_releasing_memory_waits_for_a_busy_worker_only_so_long(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await store.put(KEY, b"x" * 100_000, {}, expected_version=None)
+    assert await store.version(KEY) == 1  # the inline reader is open on this thread
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    busy = loop.run_in_executor(
+        store._executor, lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+    )
+    try:
+        started = loop.time()
+        store.release_memory()  # the worker is held up: gives up after its bounded wait
+        assert loop.time() - started < 3
+    finally:
+        release.set()
+        await busy
+    store.release_memory()
+    got = await store.get(KEY)
+    assert got is not None and got.data == b"x" * 100_000
+    await store.close()
+    store.release_memory()  # closed: nothing to do, and no error
