@@ -60,11 +60,16 @@ class OriginPool:
         return len(self._idle)
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
-        timeouts = request.extensions.get("timeout", {})
-        try:
-            await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
-        except TimeoutError as exc:
-            raise httpcore.PoolTimeout("no upstream connection free in time") from exc
+        if self._slots.locked():
+            timeouts = request.extensions.get("timeout", {})
+            try:
+                await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
+            except TimeoutError as exc:
+                raise httpcore.PoolTimeout("no upstream connection free in time") from exc
+        else:
+            # A free slot is taken at once. (wait_for would run the acquire as a task of its
+            # own, and on Python 3.11 swallows a cancellation that arrives as it finishes.)
+            await self._slots.acquire()
         try:
             connection = await self._reusable() or httpcore.AsyncHTTPConnection(
                 origin=request.url.origin, keepalive_expiry=self.keepalive_expiry

@@ -32,6 +32,7 @@ from proxy.relay import (
     usage_sum,
     visible_message,
 )
+from proxy.routes.disconnect import unless_client_leaves
 from proxy.routes.forward import forward
 from proxy.session import add_hidden, record_turn
 from proxy.sse import DONE, SSEDecoder
@@ -448,7 +449,7 @@ async def chat_completions(request: Request) -> Response:
     raw = await read_body(request, int(settings.max_body_bytes))
     session_id = session_id_of(request, list(settings.session_headers))
     if session_id is None:
-        return await forward(request, body=raw)
+        return await unless_client_leaves(request.receive, forward(request, body=raw))
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
     body = parse_body(raw)
@@ -459,6 +460,6 @@ async def chat_completions(request: Request) -> Response:
         log.exception("preparing the session failed, sending uncompacted")
         handler.turn.rb = None
         handler.turn.degraded = "prepare_failed"
-    if handler.stream:
-        return await handler.start_stream()
-    return await handler.complete()
+    # What a compaction decided is saved already: a client that leaves now only stops the call.
+    work = handler.start_stream() if handler.stream else handler.complete()
+    return await unless_client_leaves(request.receive, work)

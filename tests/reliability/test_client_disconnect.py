@@ -16,6 +16,7 @@ from proxy.session import SessionState, validate
 from tests.agent import Agent, ModelScript, is_summary_request
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.reliability.conftest import wait_until
 
 PATHS = {
     "pass-through": {"authorization": "Bearer sk-gone"},
@@ -51,6 +52,29 @@ def test_disconnect_mid_stream_closes_the_upstream_request_within_a_second(
     assert request.disconnected and not request.completed
 
 
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_client_that_leaves_before_a_completion_is_ready_stops_the_upstream_call(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, path: str
+) -> None:
+    """Not streamed: the answer comes whole, after the upstream has generated it all."""
+    proxy = make_proxy()
+    fake_upstream.push(Reply.text("a long answer", delay=5))
+    body = {**BODY, "stream": False}
+    with httpx.Client(timeout=0.5) as client, pytest.raises(httpx.ReadTimeout):
+        client.post(proxy.base_url + "/chat/completions", json=body, headers=PATHS[path])
+    left = time.monotonic()
+    assert fake_upstream.wait_for_disconnect(timeout=1.0)
+    assert time.monotonic() - left < 1.0
+    (request,) = fake_upstream.chat_requests
+    assert request.disconnected and not request.completed
+    # The proxy is fine, and answers the next request (on a fresh upstream connection).
+    fake_upstream.push(Reply.text("again"))
+    with httpx.Client(timeout=10) as client:
+        again = client.post(proxy.base_url + "/chat/completions", json=body, headers=PATHS[path])
+    assert again.status_code == 200
+    assert again.json()["choices"][0]["message"]["content"] == "again"
+
+
 def test_disconnect_during_a_summary_call_leaves_the_session_consistent(
     fake_upstream: FakeUpstream,
     make_proxy: MakeProxy,
@@ -65,6 +89,8 @@ def test_disconnect_during_a_summary_call_leaves_the_session_consistent(
         answer = script(body)
         if is_summary_request(body):
             answer.delay = 1.5  # the client gives up while the proxy waits for this
+        elif script.summaries:
+            answer.delay = 0.5  # a model takes its time: the proxy stops waiting first
         return answer
 
     fake_upstream.default = slow_summaries
@@ -79,20 +105,21 @@ def test_disconnect_during_a_summary_call_leaves_the_session_consistent(
             break
     assert gave_up, "no summary call happened"
     assert script.summaries >= 1
-    # The proxy finishes the turn on its own: the summary lands, then the model round.
+    # The proxy finishes the compaction on its own and saves it; the model round after it
+    # is stopped, or never sent, since nobody is left to read its answer.
+    assert wait_until(lambda: any(state.summary for state in stored_states(db)), timeout=10)
+    time.sleep(0.5)  # whatever the proxy still does for this turn, it is done by now
+    (state,) = stored_states(db)
+    assert state.summary and state.cut > 0 and state.cut_hash and state.summary_rounds >= 1
     summary_at = max(
         r.received_at for r in fake_upstream.chat_requests if is_summary_request(r.json)
     )
-    assert fake_upstream.wait_for(
-        lambda: any(
-            r.received_at > summary_at and not is_summary_request(r.json)
-            for r in fake_upstream.chat_requests
-        ),
-        timeout=10,
-    )
-    time.sleep(0.3)  # the state is saved right after that round
-    (state,) = stored_states(db)
-    assert state.summary and state.cut > 0 and state.cut_hash and state.summary_rounds >= 1
+    rounds = [
+        r
+        for r in fake_upstream.chat_requests
+        if r.received_at > summary_at and not is_summary_request(r.json)
+    ]
+    assert all(r.disconnected and not r.completed for r in rounds), rounds
 
     # The client retries the same turn with a patient client: the session carries on.
     agent.client = openai_client(proxy, session="gone-2", api_key="sk-gone")
