@@ -3,8 +3,9 @@
 A non-streaming chat request answers only once the whole completion is in, and the upstream
 call runs (and is billed) all that time. Once the request's body has been read, the server's
 next ASGI message for it is `http.disconnect`, sent only when the client closes its
-connection, so waiting for it costs nothing while the client stays. (A streamed answer needs
-none of this: the response itself notices the client leaving.)
+connection, so waiting for it costs nothing while the client stays. A streamed answer is
+watched the same way until the upstream's stream opens; from then on the streaming response
+itself notices the client leaving.
 """
 
 from __future__ import annotations
