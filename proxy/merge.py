@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import replace
-from typing import Any
 
 from proxy.fingerprint import PrefixChain
-from proxy.session import MAX_TURNS_KEPT, HiddenExtract, SessionState
+from proxy.session import HiddenExtract, SessionState
+from proxy.turn_log import MAX_TURNS_KEPT, TurnLog
 
 
 def compaction_rank(state: SessionState) -> tuple[bool, int, int, int]:
@@ -57,7 +57,7 @@ def merge_states(
         mine,
         reclaimed=_union(mine.reclaimed, theirs.reclaimed, keys),
         hidden=_hidden(mine, theirs, mine.cut if mine.summary else 0),
-        turns=_turns(mine, theirs),
+        turn_log=_turns(mine, theirs),
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
     )
@@ -78,7 +78,7 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
         toolcall_reclaimed=max(mine.toolcall_reclaimed, theirs.toolcall_reclaimed),
         reclaimed=_union(theirs.reclaimed, mine.reclaimed, keys),
         hidden=_hidden(mine, theirs, cut),
-        turns=_turns(mine, theirs),
+        turn_log=_turns(mine, theirs),
         last_compaction=theirs.last_compaction,
         # What their compaction measured and reset belongs with it.
         size_after_summary=theirs.size_after_summary,
@@ -94,7 +94,7 @@ def _keep_theirs(theirs: SessionState, mine: SessionState) -> SessionState | Non
     merged = replace(
         theirs,
         hidden=_hidden(theirs, mine, theirs.cut if theirs.summary else 0),
-        turns=_turns(theirs, mine),
+        turn_log=_turns(theirs, mine),
         context_window=_window(theirs, mine),
     )
     return None if merged == theirs else merged
@@ -113,13 +113,16 @@ def _hidden(primary: SessionState, other: SessionState, cut: int) -> list[Hidden
     return [by_anchor[a] for a in sorted(by_anchor) if a >= cut]
 
 
-def _turns(primary: SessionState, other: SessionState) -> list[dict[str, Any]]:
-    seen = {(t.get("at"), t.get("messages")) for t in primary.turns}
+def _turns(primary: SessionState, other: SessionState) -> TurnLog:
+    if other.turn_log == primary.turn_log:
+        return TurnLog(primary.turn_log.text)
+    mine = primary.turns
+    seen = {(t.get("at"), t.get("messages")) for t in mine}
     extra = [t for t in other.turns if (t.get("at"), t.get("messages")) not in seen]
     if not extra:
-        return primary.turns
-    turns = sorted([*primary.turns, *extra], key=lambda t: float(t.get("at") or 0))
-    return turns[-MAX_TURNS_KEPT:]
+        return TurnLog(primary.turn_log.text)
+    turns = sorted([*mine, *extra], key=lambda t: float(t.get("at") or 0))
+    return TurnLog.of(turns[-MAX_TURNS_KEPT:])
 
 
 def _window(first: SessionState, second: SessionState) -> int | None:

@@ -22,12 +22,14 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
 from proxy.extract_tool import content_text, split_calls
 from proxy.fingerprint import PrefixChain, raw_digests
+from proxy.turn_log import TurnLog
 
-STATE_VERSION = 2  # 2: prefix hashes are a running chain, with a hash of the raw messages
+# 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
+# are one string (`turn_log`, see proxy.turn_log) instead of a list (`turns`)
+STATE_VERSION = 3
 CHAIN_SCHEME = 2
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
-MAX_TURNS_KEPT = 300
 MAX_VIEW_BYTES = 3 * 2**20  # base64 of the compressed chunks; a longer history is not kept
 MAX_VIEW_CHUNKS = 64  # then the view is recompressed whole, once
 HIDDEN_KEY_PREFIX = "xun-extract:"
@@ -67,7 +69,7 @@ class SessionState:
     toolcall_rounds: int = 0
     toolcall_reclaimed: int = 0
     hidden: list[HiddenExtract] = field(default_factory=list)
-    turns: list[dict[str, Any]] = field(default_factory=list)
+    turn_log: TurnLog = field(default_factory=TurnLog)
     last_compaction: dict[str, Any] | None = None
     resets: int = 0
     context_window: int | None = None  # learned from the upstream's context-length errors
@@ -85,10 +87,17 @@ class SessionState:
     def compacted(self) -> bool:
         return bool(self.summary) or bool(self.reclaimed)
 
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        """The last turns' records, decoded (a copy: add one with `turn_log.append`)."""
+        return self.turn_log.records()
+
     def to_dict(self) -> dict[str, Any]:
-        # Shallow on purpose (asdict deep-copies every turn record): this runs on every turn.
+        """The stored form (the turn records as their text)."""
+        # Shallow on purpose (asdict deep-copies): this runs on every turn.
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["hidden"] = [asdict(h) for h in self.hidden]
+        data["turn_log"] = self.turn_log.text
         return {"state_version": STATE_VERSION, **data}
 
     def to_bytes(self) -> bytes:
@@ -100,7 +109,10 @@ class SessionState:
         if int(data.get("state_version") or 1) < 2:
             known["chain"] = 1  # saved before the running chain: see PrefixChain.legacy_prefix
         hidden = [HiddenExtract(**h) for h in known.pop("hidden", []) or []]
-        return cls(**known, hidden=hidden)
+        text = known.pop("turn_log", None)
+        turns = data.get("turns")  # before version 3: a list of records
+        log = TurnLog(text) if isinstance(text, str) else TurnLog.of(turns or [])
+        return cls(**known, hidden=hidden, turn_log=log)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
@@ -324,7 +336,7 @@ def _reconcile(
     # The client edited, retried, branched or truncated. Keep what still holds.
     keep_summary = bool(state.summary) and chain.matches(state.cut, state.cut_hash)
     fresh = SessionState(
-        resets=state.resets + 1, turns=state.turns, context_window=state.context_window
+        resets=state.resets + 1, turn_log=state.turn_log, context_window=state.context_window
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
@@ -452,7 +464,7 @@ def record_turn(
         state.set_view(rb.messages, valid=rb.new_from if rb.reset_reason is None else 0)
     if total_tokens is not None:
         state.total_tokens = total_tokens
-    state.turns.append(
+    state.turn_log.append(
         {
             "at": time.time() if now is None else now,
             "messages": len(rb.messages),
@@ -462,7 +474,6 @@ def record_turn(
             "compaction": compaction,
         }
     )
-    del state.turns[:-MAX_TURNS_KEPT]
     return state
 
 

@@ -30,6 +30,7 @@ import orjson
 from proxy.settings import load_settings
 from proxy.store import SessionInfo, Store, StoredSession, StoreError, open_store
 from proxy.store.base import encode_cursor
+from proxy.turn_log import TurnLog
 
 PAGE = 500
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
@@ -197,6 +198,8 @@ async def _show(args: argparse.Namespace, store: Store, out: TextIO) -> int:
         state: Any = orjson.loads(stored.data)
     except orjson.JSONDecodeError:
         state = stored.data.decode("utf-8", "replace")
+    if isinstance(state, dict) and isinstance(state.get("turn_log"), str):
+        state["turns"] = TurnLog(state.pop("turn_log")).records()  # readable, one per turn
     detail = {
         "id": stored.key.id,
         "tenant": stored.key.tenant,

@@ -411,7 +411,7 @@ def _shrink(state: SessionState) -> bool:
     if state.view is not None:
         state.view = None
         return True
-    if len(state.turns) > TURNS_KEPT_WHEN_TOO_LARGE:
-        del state.turns[:-TURNS_KEPT_WHEN_TOO_LARGE]
+    if len(state.turn_log) > TURNS_KEPT_WHEN_TOO_LARGE:
+        state.turn_log.keep_last(TURNS_KEPT_WHEN_TOO_LARGE)
         return True
     return False

@@ -124,7 +124,7 @@ async def session_detail(request: Request) -> Response:
     stored, state = await load_session(request)
     rb = rebuild_view(state)
     kept = state.to_dict()
-    for bulky in ("view", "turns", "hidden", "summary", "last_compaction"):
+    for bulky in ("view", "turn_log", "hidden", "summary", "last_compaction"):
         kept.pop(bulky, None)
     kept["hidden"] = len(state.hidden)
     body = {

@@ -26,7 +26,7 @@ from proxy.routes.admin_base import (
     session_store,
     store_failed,
 )
-from proxy.session import MAX_TURNS_KEPT, Rebuild, apply_compaction
+from proxy.session import Rebuild, apply_compaction
 from proxy.settings import Settings
 from proxy.store import StoreError, VersionConflict
 from proxy.summarizer import ContextLengthExceeded, Summarizer, is_context_length_error
@@ -127,7 +127,7 @@ async def compact_session(request: Request) -> Response:
             "estimated_tokens_after": state.total_tokens,
         }
         state.last_compaction = report
-        state.turns.append(
+        state.turn_log.append(
             {
                 "at": time.time(),
                 "messages": len(rb.messages),
@@ -138,7 +138,6 @@ async def compact_session(request: Request) -> Response:
                 "manual": True,
             }
         )
-        del state.turns[:-MAX_TURNS_KEPT]
     version = stored.version
     if changed:
         try:

@@ -175,7 +175,7 @@ class ChatHandler:
         return Economics(
             cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
             hit_ratio=1.0 if observed is None else observed,
-            turns=len(state.turns),
+            turns=len(state.turn_log),
             # A refusal for length means the window is reached: compact whatever it costs.
             context_window=1 if force else window,
             size_after_summary=state.size_after_summary,

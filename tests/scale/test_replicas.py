@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.turn_log import TurnLog
 from tests.agent import Agent
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.scale.conftest import SHARED_REDIS, ProxyProcess, drop_keys
@@ -61,8 +62,10 @@ def play(fake: FakeUpstream, clients: list[openai.OpenAI]) -> list[str]:
 
 def comparable(state: dict[str, Any]) -> dict[str, Any]:
     """A stored state without its wall-clock stamps."""
-    turns = [{k: v for k, v in t.items() if k != "at"} for t in state["turns"]]
-    return {**state, "turns": turns}
+    turns = [
+        {k: v for k, v in t.items() if k != "at"} for t in TurnLog(state["turn_log"]).records()
+    ]
+    return {**state, "turn_log": turns}
 
 
 @pytest.fixture

@@ -1,0 +1,82 @@
+"""proxy.turn_log: a session's turn records as text, decoded only when read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.session import SessionState
+from proxy.turn_log import MAX_TURNS_KEPT, TurnLog
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),  # newlines and quotes included: they stay inside their JSON strings
+)
+records = st.dictionaries(st.text(max_size=8), values, max_size=6)
+
+
+def turn(n: int) -> dict[str, Any]:
+    return {"at": float(n), "messages": n, "total_tokens": 10 * n, "compaction": "none"}
+
+
+@given(st.lists(records, max_size=30), st.integers(1, 10), st.booleans())
+def test_behaves_like_the_last_records_of_a_list(
+    appended: list[dict[str, Any]], keep: int, decode_midway: bool
+) -> None:
+    log, model = TurnLog(), []
+    for n, record in enumerate(appended):
+        if decode_midway and n == len(appended) // 2:
+            assert log.records() == model  # a decoded log keeps its decoding up to date
+        log.append(record, keep=keep)
+        model = [*model, record][-keep:]
+        assert len(log) == len(model)
+    assert log.records() == model
+    assert TurnLog(log.text).records() == model  # what the state stores reads back the same
+    assert "\n" not in "".join(orjson.dumps(r).decode() for r in model)
+
+
+def test_append_keeps_the_last_300_and_never_decodes() -> None:
+    log = TurnLog.of(turn(n) for n in range(MAX_TURNS_KEPT))
+    assert log._decoded is None
+    log.append(turn(MAX_TURNS_KEPT))
+    assert log._decoded is None and len(log) == MAX_TURNS_KEPT
+    assert [t["messages"] for t in log.records()] == list(range(1, MAX_TURNS_KEPT + 1))
+
+
+def test_keep_last_and_the_empty_log() -> None:
+    log = TurnLog.of(turn(n) for n in range(10))
+    log.keep_last(3)
+    assert [t["messages"] for t in log.records()] == [7, 8, 9]
+    log.keep_last(0)
+    assert len(log) == 0 and log.text == "" and log.records() == []
+    assert TurnLog() == TurnLog("") and TurnLog.of([turn(1)]) != TurnLog()
+
+
+def test_records_are_a_copy() -> None:
+    log = TurnLog.of([turn(1)])
+    log.records().append(turn(2))
+    log.records()[0]["messages"] = 99
+    assert log.records() == [turn(1)] and TurnLog(log.text).records() == [turn(1)]
+
+
+def test_a_state_stores_its_turns_as_one_string_and_reads_the_old_list() -> None:
+    state = SessionState()
+    for n in range(3):
+        state.turn_log.append(turn(n))
+    stored = orjson.loads(state.to_bytes())
+    assert stored["state_version"] == 3 and isinstance(stored["turn_log"], str)
+    assert "turns" not in stored
+    assert SessionState.from_bytes(state.to_bytes()) == state
+    assert SessionState.from_bytes(state.to_bytes()).turns == [turn(n) for n in range(3)]
+
+    # Saved by version 2: the records as a list under "turns".
+    legacy = {**stored, "state_version": 2, "turns": [turn(n) for n in range(3)]}
+    del legacy["turn_log"]
+    upgraded = SessionState.from_dict(legacy)
+    assert upgraded.turns == state.turns and upgraded.turn_log == state.turn_log
