@@ -18,6 +18,15 @@ import orjson
 MAX_TURNS_KEPT = 300
 
 
+def _decode(line: str) -> dict[str, Any] | None:
+    """A stored record; None for a line that is not one (a damaged state loses only it)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class TurnLog:
     """The last turns, oldest first. `append` and `keep_last` never decode the records."""
 
@@ -39,7 +48,7 @@ class TurnLog:
     def records(self) -> list[dict[str, Any]]:
         """The records, decoded; copies (records are flat): changing them changes nothing here."""
         if self._decoded is None:
-            self._decoded = [orjson.loads(line) for line in self._text.split("\n")]
+            self._decoded = [r for r in map(_decode, self._text.split("\n")) if r is not None]
         return [dict(record) for record in self._decoded]
 
     def __len__(self) -> int:

@@ -80,3 +80,10 @@ def test_a_state_stores_its_turns_as_one_string_and_reads_the_old_list() -> None
     del legacy["turn_log"]
     upgraded = SessionState.from_dict(legacy)
     assert upgraded.turns == state.turns and upgraded.turn_log == state.turn_log
+
+
+def test_a_damaged_line_costs_only_itself() -> None:
+    text = "\n".join(
+        [orjson.dumps(turn(1)).decode(), "{not json", "[1, 2]", orjson.dumps(turn(2)).decode()]
+    )
+    assert TurnLog(text).records() == [turn(1), turn(2)]
