@@ -24,7 +24,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from proxy.fingerprint import PrefixChain
-from proxy.session import HiddenExtract, SessionState
+from proxy.session_state import HiddenExtract, SessionState
 from proxy.turn_log import MAX_TURNS_KEPT, TurnLog
 
 

@@ -1,4 +1,4 @@
-"""Per-session compaction state, and rebuilding a `Conversation` from a client's request.
+"""Rebuilding a `Conversation` from a client's request and the session's state.
 
 Chat completions is stateless: every request carries the whole history, so the proxy keeps
 only what it decided (reclaimed ids, the summary and the cut it replaces, hidden extract
@@ -9,155 +9,24 @@ Pure code: no I/O.
 
 from __future__ import annotations
 
-import base64
 import time
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
 from proxy.extract_tool import content_text, split_calls
 from proxy.fingerprint import PrefixChain, raw_digests
-from proxy.turn_log import TurnLog
+from proxy.session_state import CHAIN_SCHEME, HiddenExtract, SessionState
 
-# 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
-# are one string (`turn_log`, see proxy.turn_log) instead of a list (`turns`)
-STATE_VERSION = 3
-CHAIN_SCHEME = 2
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
-MAX_VIEW_BYTES = 3 * 2**20  # base64 of the compressed chunks; a longer history is not kept
-MAX_VIEW_CHUNKS = 64  # then the view is recompressed whole, once
 HIDDEN_KEY_PREFIX = "xun-extract:"
 
 
 class UnrecognisedHistory(ValueError):
     """The messages are not a history the proxy can reason about; send them on unchanged."""
-
-
-@dataclass
-class HiddenExtract:
-    """Extract calls the model mixed with the client's own calls in one assistant message.
-
-    The client never saw them; they are re-inserted into that message (and their results
-    before the client's results) on every later rebuild.
-    """
-
-    anchor: int
-    visible_ids: list[str]
-    calls: list[dict[str, Any]]
-    results: list[dict[str, Any]]
-
-
-@dataclass
-class SessionState:
-    prefix_len: int = 0
-    prefix_hash: str | None = None
-    prefix_raw: str | None = None  # the same prefix's messages as received (raw_digests)
-    prefix_chars: int = 0
-    summary: str | None = None
-    cut: int = 0
-    cut_hash: str | None = None
-    moved_user: int | None = None
-    reclaimed: list[str] = field(default_factory=list)
-    total_tokens: int | None = None
-    summary_rounds: int = 0
-    toolcall_rounds: int = 0
-    toolcall_reclaimed: int = 0
-    hidden: list[HiddenExtract] = field(default_factory=list)
-    turn_log: TurnLog = field(default_factory=TurnLog)
-    last_compaction: dict[str, Any] | None = None
-    resets: int = 0
-    context_window: int | None = None  # learned from the upstream's context-length errors
-    # The cost-aware compactor's memory: savings forgone while waiting, and the last summary.
-    accrued: float = 0.0
-    size_after_summary: int | None = None
-    removed_by_summary: int = 0
-    # The client's last messages, compressed in chunks, so operators can see what the
-    # upstream saw; view_len is how many messages they hold.
-    view: list[str] | str | None = None
-    view_len: int = 0
-    chain: int = CHAIN_SCHEME  # how prefix_hash and cut_hash were computed
-
-    @property
-    def compacted(self) -> bool:
-        return bool(self.summary) or bool(self.reclaimed)
-
-    @property
-    def turns(self) -> list[dict[str, Any]]:
-        """The last turns' records, decoded (a copy: add one with `turn_log.append`)."""
-        return self.turn_log.records()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The stored form (the turn records as their text)."""
-        # Shallow on purpose (asdict deep-copies): this runs on every turn.
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["hidden"] = [asdict(h) for h in self.hidden]
-        data["turn_log"] = self.turn_log.text
-        return {"state_version": STATE_VERSION, **data}
-
-    def to_bytes(self) -> bytes:
-        return orjson.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        if int(data.get("state_version") or 1) < 2:
-            known["chain"] = 1  # saved before the running chain: see PrefixChain.legacy_prefix
-        hidden = [HiddenExtract(**h) for h in known.pop("hidden", []) or []]
-        text = known.pop("turn_log", None)
-        turns = data.get("turns")  # before version 3: a list of records
-        log = TurnLog(text) if isinstance(text, str) else TurnLog.of(turns or [])
-        return cls(**known, hidden=hidden, turn_log=log)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SessionState:
-        return cls.from_dict(orjson.loads(data))
-
-    def set_view(self, messages: list[dict[str, Any]], *, valid: int = 0) -> None:
-        """Keep the client's messages for inspection, compressed in chunks.
-
-        `valid`: how many leading messages of the current view the client still sent
-        unchanged; then only the messages after them are compressed and appended, so a turn
-        costs what it added, not the whole history.
-        """
-        chunks = list(self.view) if isinstance(self.view, list) else []
-        if not (chunks and valid and valid == self.view_len) or len(chunks) >= MAX_VIEW_CHUNKS:
-            chunks, start = [], 0
-        else:
-            start = self.view_len
-        if messages[start:] or not chunks:
-            packed = zlib.compress(orjson.dumps(messages[start:]), 1)
-            chunks.append(base64.b64encode(packed).decode())
-        if sum(len(c) for c in chunks) > MAX_VIEW_BYTES:
-            self.view, self.view_len = None, 0
-            return
-        self.view, self.view_len = chunks, len(messages)
-
-    def view_messages(self) -> list[dict[str, Any]] | None:
-        """The messages of the last recorded turn, or None when they were not kept."""
-        if not self.view:
-            return None
-        chunks = [self.view] if isinstance(self.view, str) else self.view
-        messages: list[dict[str, Any]] = []
-        for chunk in chunks:
-            messages.extend(orjson.loads(zlib.decompress(base64.b64decode(chunk))))
-        return messages
-
-    def meta(self, message_count: int) -> dict[str, Any]:
-        """The small summary a store keeps beside the state, for listing sessions."""
-        return {
-            "messages": message_count,
-            "total_tokens": self.total_tokens,
-            "summary_rounds": self.summary_rounds,
-            "toolcall_rounds": self.toolcall_rounds,
-            "reclaimed": len(self.reclaimed),
-            "has_summary": bool(self.summary),
-        }
 
 
 def validate(messages: Any) -> list[dict[str, Any]]:
@@ -494,3 +363,22 @@ def add_hidden(
             results=results,
         )
     )
+
+
+__all__ = [
+    "HIDDEN_KEY_PREFIX",
+    "HiddenExtract",  # from proxy.session_state, with the state type
+    "Rebuild",
+    "SessionState",
+    "UnrecognisedHistory",
+    "add_hidden",
+    "apply_compaction",
+    "cover",
+    "estimate_chars",
+    "estimate_tokens",
+    "leading_system_count",
+    "rebuild",
+    "reclaim_keys",
+    "record_turn",
+    "validate",
+]

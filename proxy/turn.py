@@ -39,14 +39,8 @@ from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.economics import Economics
 from proxy.extract_tool import TOOL_DEFINITION, client_defines_tool, inject
 from proxy.merge import merge_states
-from proxy.session import (
-    Rebuild,
-    SessionState,
-    UnrecognisedHistory,
-    apply_compaction,
-    cover,
-    rebuild,
-)
+from proxy.session import Rebuild, UnrecognisedHistory, apply_compaction, cover, rebuild
+from proxy.session_state import SessionState
 from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 from proxy.summarizer import PostFn, Summarizer
 

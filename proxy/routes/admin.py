@@ -27,7 +27,8 @@ from proxy.routes.admin_base import (
     store_failed,
 )
 from proxy.routes.admin_compact import compact_session
-from proxy.session import HIDDEN_KEY_PREFIX, Rebuild, SessionState
+from proxy.session import HIDDEN_KEY_PREFIX, Rebuild
+from proxy.session_state import SessionState
 from proxy.store import SessionInfo, StoreError
 
 ADMIN_PREFIX = "/admin"

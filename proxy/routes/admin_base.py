@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.requests import Request
 
 from proxy.errors import InvalidRequest, NotFound, ProxyError, ServiceUnavailable, Unauthorized
-from proxy.session import Rebuild, SessionState, UnrecognisedHistory, rebuild
+from proxy.session import Rebuild, UnrecognisedHistory, rebuild
+from proxy.session_state import SessionState
 from proxy.settings import Settings
 from proxy.store import SessionKey, Store, StoredSession, StoreError
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +44,7 @@ from proxy.store.base import (
     encode_meta,
     new_token,
 )
+from proxy.store.sqlite_reader import InlineReader, shrink
 
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ class SQLiteStore:
         self._purged_at = 0.0
         self._held_up = False  # the last write timed out on a lock: wait briefly only
         self._closed = False
-        self._reader = _InlineReader(self.path)
+        self._reader = InlineReader(self.path)
 
     @property
     def where(self) -> str:
@@ -336,7 +336,7 @@ class SQLiteStore:
         if self._closed or self._conn is None:
             return
         try:
-            self._executor.submit(self._call, _shrink).result(timeout=_RELEASE_WAIT_S)
+            self._executor.submit(self._call, shrink).result(timeout=_RELEASE_WAIT_S)
         except (FutureTimeout, RuntimeError, sqlite3.Error, OSError):
             pass  # busy, or closing: the next lull tries again
 
@@ -357,61 +357,6 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         finally:
             self._executor.shutdown(wait=False)
-
-
-def _shrink(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA shrink_memory")
-
-
-class _InlineReader:
-    """A read-only connection used on one thread only (the event loop's), that never waits.
-
-    `fetchone` answers (True, row), or (False, None) when the caller should ask the worker:
-    an in-memory database (private to the worker's connection), a call from another thread,
-    a busy database or any error.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._thread: int | None = None
-
-    def fetchone(self, sql: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
-        if self.path == ":memory:":
-            return False, None
-        if self._thread is None:
-            self._thread = threading.get_ident()
-        elif self._thread != threading.get_ident():
-            return False, None
-        try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(
-                    f"file:{quote(self.path)}?mode=ro",
-                    uri=True,
-                    timeout=0,  # busy: let the worker wait instead
-                    isolation_level=None,
-                    check_same_thread=False,  # closed from whichever thread closes the store
-                )
-            return True, self._conn.execute(sql, args).fetchone()
-        except sqlite3.Error:
-            self.close()
-            return False, None
-
-    def release_memory(self) -> None:
-        """Drop the page cache; from the loop's thread only, like every other use."""
-        if self._conn is not None and self._thread == threading.get_ident():
-            try:
-                _shrink(self._conn)
-            except sqlite3.Error:
-                self.close()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except sqlite3.Error:
-                pass
-            self._conn = None
 
 
 def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:

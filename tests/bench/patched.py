@@ -24,7 +24,7 @@ from typing import Any
 def _state_bytes() -> None:
     import orjson
 
-    from proxy import session
+    from proxy import session_state as session  # in proxy.session before it had a module
 
     def to_bytes(self: session.SessionState) -> bytes:
         return orjson.dumps({"state_version": session.STATE_VERSION, **self.__dict__})
