@@ -45,6 +45,11 @@ class _Released:
             await self._pool.put_back(self._connection)
 
 
+# A request extension: send this request on a new connection, not an idle one (a retry after
+# a kept-alive connection turned out closed: the other idle ones may be closed too).
+FRESH = "xun_fresh_connection"
+
+
 class OriginPool:
     """`handle_async_request` for requests to one origin; `aclose()` closes what is idle."""
 
@@ -71,7 +76,8 @@ class OriginPool:
             # own, and on Python 3.11 swallows a cancellation that arrives as it finishes.)
             await self._slots.acquire()
         try:
-            connection = await self._reusable() or httpcore.AsyncHTTPConnection(
+            reused = None if request.extensions.get(FRESH) else await self._reusable()
+            connection = reused or httpcore.AsyncHTTPConnection(
                 origin=request.url.origin, keepalive_expiry=self.keepalive_expiry
             )
             try:

@@ -28,7 +28,7 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from proxy.pool import OriginPool
+from proxy.pool import FRESH, OriginPool
 from proxy.settings import Settings
 
 HOP_BY_HOP = frozenset(
@@ -225,6 +225,7 @@ class Upstream:
             # safe (when the body can be sent again). Nothing has reached the client yet.
             if not (_stale_connection(exc) and isinstance(content, bytes | None)):
                 raise map_transport_error(exc) from exc
+            request.extensions[FRESH] = True  # the pool's other idle connections may be stale too
             try:
                 response = await self.pool.handle_async_request(request)
             except TRANSPORT_ERRORS as again:

@@ -8,7 +8,7 @@ import httpcore
 import orjson
 import pytest
 
-from proxy.pool import OriginPool
+from proxy.pool import FRESH, OriginPool
 from tests.fake_upstream import FakeUpstream, Reply
 
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -49,6 +49,21 @@ async def test_sequential_requests_reuse_one_connection(fake_upstream: FakeUpstr
     finally:
         await pool.aclose()
     assert pool.idle == 0
+
+
+async def test_a_request_marked_fresh_skips_the_idle_connections(
+    fake_upstream: FakeUpstream,
+) -> None:
+    pool = OriginPool(limit=4, keepalive_expiry=5.0)
+    try:
+        await read(await pool.handle_async_request(request(fake_upstream)))
+        idle = pool._idle[0]
+        fresh = request(fake_upstream)
+        fresh.extensions[FRESH] = True
+        await read(await pool.handle_async_request(fresh))
+        assert pool.idle == 2 and idle in pool._idle  # the idle one was left alone
+    finally:
+        await pool.aclose()
 
 
 async def test_the_limit_holds_and_a_wait_past_the_pool_timeout_fails(

@@ -96,3 +96,28 @@ def test_a_stale_pooled_connection_is_retried_once(
             assert response.status_code == 200, response.text
     assert closing_upstream.requests == 3
     assert closing_upstream.connections >= 3  # each reuse failed and went to a new connection
+
+
+def test_the_retry_does_not_take_another_stale_pooled_connection(
+    closing_upstream: ClosingUpstream, make_proxy: Any
+) -> None:
+    """Two kept-alive connections in the pool, both stale by the time of the next request: the
+    retry after the first goes to a new connection, not to the other stale one."""
+    proxy = make_proxy(upstream_base_url=f"http://127.0.0.1:{closing_upstream.port}/v1")
+    headers = {"authorization": "Bearer k"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    url = proxy.base_url + "/chat/completions"
+
+    async def two_at_once() -> None:
+        async with httpx.AsyncClient(timeout=10) as client:
+            answers = await asyncio.gather(
+                *(client.post(url, json=body, headers=headers) for _ in range(2))
+            )
+        assert [a.status_code for a in answers] == [200, 200]
+
+    asyncio.run(two_at_once())
+    assert closing_upstream.connections == 2  # both now idle in the proxy's pool
+    with httpx.Client(timeout=10) as client:
+        response = client.post(url, json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    assert closing_upstream.requests == 3 and closing_upstream.connections == 3
