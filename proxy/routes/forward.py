@@ -23,6 +23,7 @@ from proxy.errors import (
     ProxyError,
     error_payload,
 )
+from proxy.routes.disconnect import ClientGone
 from proxy.settings import Settings
 from proxy.upstream import Content, Upstream, UpstreamResponse, timed_chunks
 
@@ -56,9 +57,7 @@ async def _limited_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
             if chunk:
                 yield chunk
     except ClientDisconnect as exc:
-        raise InvalidRequest(
-            "The client closed the request.", code="client_disconnected", status=499
-        ) from exc
+        raise ClientGone() from exc
 
 
 def _request_content(request: Request, headers: dict[str, str], limit: int) -> Content:

@@ -32,6 +32,15 @@ def stored_states(db: Path) -> list[SessionState]:
     return [SessionState.from_bytes(bytes(row[0])) for row in rows]
 
 
+def assert_upstream_closed_within_a_second(fake_upstream: FakeUpstream) -> None:
+    """The one upstream request was closed by the proxy, unfinished, within a second."""
+    left = time.monotonic()
+    assert fake_upstream.wait_for_disconnect(timeout=1.0)
+    assert time.monotonic() - left < 1.0
+    (request,) = fake_upstream.chat_requests
+    assert request.disconnected and not request.completed
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 def test_disconnect_mid_stream_closes_the_upstream_request_within_a_second(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, path: str
@@ -45,11 +54,7 @@ def test_disconnect_mid_stream_closes_the_upstream_request_within_a_second(
             assert first.startswith(b"data: ")
             # The fake counts the stream from its own thread: give the count a moment.
             assert fake_upstream.wait_for(lambda: fake_upstream.open_streams == 1, timeout=2)
-    left = time.monotonic()
-    assert fake_upstream.wait_for_disconnect(timeout=1.0)
-    assert time.monotonic() - left < 1.0
-    (request,) = fake_upstream.chat_requests
-    assert request.disconnected and not request.completed
+    assert_upstream_closed_within_a_second(fake_upstream)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -62,11 +67,7 @@ def test_a_client_that_leaves_before_a_completion_is_ready_stops_the_upstream_ca
     body = {**BODY, "stream": False}
     with httpx.Client(timeout=0.5) as client, pytest.raises(httpx.ReadTimeout):
         client.post(proxy.base_url + "/chat/completions", json=body, headers=PATHS[path])
-    left = time.monotonic()
-    assert fake_upstream.wait_for_disconnect(timeout=1.0)
-    assert time.monotonic() - left < 1.0
-    (request,) = fake_upstream.chat_requests
-    assert request.disconnected and not request.completed
+    assert_upstream_closed_within_a_second(fake_upstream)
     # The proxy is fine, and answers the next request (on a fresh upstream connection).
     fake_upstream.push(Reply.text("again"))
     with httpx.Client(timeout=10) as client:
