@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.compact import format_compacted_summary
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
 from proxy.extract_tool import content_text, split_calls
 from proxy.fingerprint import PrefixChain, raw_digests
 from proxy.session_state import CHAIN_SCHEME, HiddenExtract, SessionState
+from proxy.wire.base import Outgoing
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
@@ -171,6 +173,15 @@ class Rebuild:
             if not isinstance(m, SystemPrompt)
         ]
         return [*self.messages[: self.system_count], *rest]
+
+    def outgoing(self) -> Outgoing:
+        """The messages to send upstream, whole and in parts (see `proxy.wire.base`)."""
+        messages = self.upstream_messages()
+        system = self.messages[: self.system_count]
+        if self.state.summary:
+            summary = format_compacted_summary(self.state.summary)
+            return Outgoing(messages, system, summary, messages[1:])
+        return Outgoing(messages, system, None, messages[self.system_count :])
 
     def projected_tokens(self) -> int:
         """The previous usage plus an estimate of what the client added since then."""

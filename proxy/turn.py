@@ -37,12 +37,13 @@ from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.economics import Economics
-from proxy.extract_tool import TOOL_DEFINITION, client_defines_tool, inject
 from proxy.merge import merge_states
 from proxy.session import Rebuild, UnrecognisedHistory, apply_compaction, cover, rebuild
 from proxy.session_state import SessionState
 from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 from proxy.summarizer import PostFn, Summarizer
+from proxy.wire.base import Wire
+from proxy.wire.chat import ChatWire
 
 log = logging.getLogger("proxy.turn")
 
@@ -98,6 +99,14 @@ class Turn:
     # How the compaction lease went: none, held, waited, abandoned, timeout or error.
     lease: str = "none"
     saved: bytes | None = field(default=None, init=False, repr=False)
+    # The wire format's side (tools, bodies); Chat Completions unless told otherwise.
+    wire: Wire = field(default_factory=ChatWire)
+    # The neutral messages of the request (Chat Completions: the body's own `messages`).
+    messages: Any = None
+
+    @property
+    def history(self) -> Any:
+        return self.body.get("messages") if self.messages is None else self.messages
 
     @property
     def state(self) -> SessionState | None:
@@ -121,7 +130,7 @@ class Turn:
             self.saved = stored.data
             state = _parse(stored.data)
         try:
-            self.rb = rebuild(self.body.get("messages"), state)
+            self.rb = rebuild(self.history, state)
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
@@ -140,7 +149,7 @@ class Turn:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version
         self.saved = None if stored is None else stored.data
-        self.rb = rebuild(self.body.get("messages"), state)
+        self.rb = rebuild(self.history, state)
         return True
 
     def _over(self, threshold: int, force_tokens: int | None) -> int | None:
@@ -284,9 +293,7 @@ class Turn:
             report = await compactor.auto_compact(agent)
         except Exception:
             log.exception("compaction failed, sending uncompacted")
-            self.rb = rebuild(
-                self.body.get("messages"), SessionState.from_bytes(rb.state.to_bytes())
-            )
+            self.rb = rebuild(self.history, SessionState.from_bytes(rb.state.to_bytes()))
             self.compaction = "failed"
             return
         apply_compaction(rb)
@@ -308,10 +315,14 @@ class Turn:
             state.total_tokens = conv.total_tokens
 
     def summary_tools(self) -> list[dict[str, Any]] | None:
-        tools = self.body.get("tools")
+        tools = self.wire.tools(self.body)
         base = list(tools) if isinstance(tools, list) else []
-        if self.rb is not None and self.rb.state.compacted and not client_defines_tool(base):
-            base.append(TOOL_DEFINITION)
+        if (
+            self.rb is not None
+            and self.rb.state.compacted
+            and not self.wire.defines_extract_tool(base)
+        ):
+            base = self.wire.with_extract_tool(base)
         return base or None
 
     def upstream_tools(self) -> Any:
@@ -324,23 +335,20 @@ class Turn:
         that rewrite).
         """
         assert self.rb is not None
-        tools = self.body.get("tools")
-        n = self.body.get("n")
+        tools = self.wire.tools(self.body)
         self.injected = (
-            self.rb.state.compacted and not client_defines_tool(tools) and (n is None or n == 1)
+            self.rb.state.compacted
+            and not self.wire.defines_extract_tool(tools)
+            and self.wire.can_inject(self.body)
         )
-        return inject(tools) if self.injected else tools
+        return self.wire.with_extract_tool(tools) if self.injected else tools
 
-    def upstream_body(self) -> dict[str, Any]:
+    def upstream_body(self, *, stream: bool = False) -> dict[str, Any]:
         """The client's body with the rebuilt messages and, where it applies, our tool."""
         if self.rb is None:
-            return self.body
-        body = dict(self.body)
-        body["messages"] = self.rb.upstream_messages()
-        tools = self.upstream_tools()
-        if tools is not None:
-            body["tools"] = tools
-        return body
+            return self.wire.upstream_body(self.body, None, None, stream=stream)
+        out = self.rb.outgoing()
+        return self.wire.upstream_body(self.body, out, self.upstream_tools(), stream=stream)
 
     async def save(self) -> None:
         """Write the state with compare-and-set, merging with a concurrent writer's state."""

@@ -1,0 +1,370 @@
+"""One compacting turn, whatever the wire format: the request flow of every model route.
+
+route -> wire.parse -> Pipeline.prepare (session key, load, rebuild, compact: threshold,
+projected and reactive triggers) -> wire.upstream_body -> upstream -> wire relay (hides the
+proxy's extract calls; the pipeline answers them and asks upstream again) -> record the
+usage, save. `proxy.turn.Turn` holds the session's state and the compaction lease; the wire
+adapter (`proxy.wire`) knows bodies, streams, usage and error shapes. Every failure of the
+proxy's own degrades to sending the request upstream uncompacted.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.compact import CompactorAbstract
+from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
+from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
+from proxy.extract_tool import answer, split_calls
+from proxy.session import add_hidden, record_turn
+from proxy.sse import SSEDecoder
+from proxy.store.base import SessionKey
+from proxy.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.turn import Turn, tenant_of
+from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
+from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
+
+log = logging.getLogger("proxy.pipeline")
+
+# Compact once a prompt passes this share of a known context window: room for the reply.
+WINDOW_SHARE = 0.75
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class Pipeline:
+    """One compacting request of a session, from the parsed body to the response."""
+
+    def __init__(
+        self,
+        request: Request,
+        body: JSON,
+        session_id: str,
+        wire: Wire,
+        upstream: Upstream | None = None,
+    ) -> None:
+        app_state = request.app.state
+        self.request = request
+        self.wire = wire
+        self.settings = app_state.settings
+        self.upstream: Upstream = upstream or app_state.upstream
+        self.compactor: CompactorAbstract = app_state.compactor
+        self.client_body = body
+        self.stream = bool(body.get("stream"))
+        self.headers = self.upstream.forward_headers(request.headers)
+        self.headers["content-type"] = "application/json"
+        key = SessionKey(tenant=tenant_of(request.headers.get("authorization")), session=session_id)
+        self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire)
+        self.upstream_ms = 0.0
+        self.extract_calls = 0
+        self.upstream_headers: list[tuple[str, str]] = []
+        self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
+        request.state.log_fields = self.log_fields
+        self.log_fields["wire"] = wire.name
+
+    # -- preparation --------------------------------------------------------------------
+    def threshold(self) -> int:
+        """The trigger: the header override or the setting, kept below the model's window."""
+        value = self.request.headers.get("x-xun-token-threshold", "")
+        threshold = int(value) if value.isdigit() and int(value) > 0 else None
+        threshold = threshold or int(self.settings.token_threshold)
+        window = self.settings.context_windows.get(str(self.client_body.get("model")))
+        if self.turn.rb is not None and self.turn.rb.state.context_window:
+            window = self.turn.rb.state.context_window
+        if window:
+            threshold = min(threshold, int(window * WINDOW_SHARE))
+        return threshold
+
+    def compaction_enabled(self) -> bool:
+        if self.request.headers.get("x-xun-compact", "").lower() == "off":
+            return False
+        return bool(self.settings.auto_compact_enabled)
+
+    async def post_summary(self, chat_body: JSON) -> JSON:
+        """A summary request, made in the session's own API."""
+        started = time.perf_counter()
+        try:
+            status, data, _ = await self.upstream.post_json(
+                self.wire.path, self.wire.summary_body(chat_body), self.headers
+            )
+        finally:
+            self.upstream_ms += (time.perf_counter() - started) * 1000
+        if status == 200 and isinstance(data, dict):
+            return self.wire.summary_reply(data)
+        if is_context_length_error(status, data):
+            raise ContextLengthExceeded(str(status))
+        raise UpstreamError(f"summary request failed with status {status}")
+
+    async def prepare(
+        self, *, force_tokens: int | None = None, threshold: int | None = None
+    ) -> None:
+        if force_tokens is None:
+            await self.turn.load()
+        if self.compaction_enabled():
+            await self.turn.compact(
+                self.compactor,
+                threshold=threshold or self.threshold(),
+                post=self.post_summary,
+                summary_model=self.settings.summary_model,
+                force_tokens=force_tokens,
+                economics=functools.partial(self.economics, force=force_tokens is not None),
+            )
+            if self.turn.compaction in ("toolcall", "summary"):
+                await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def economics(self, *, force: bool = False) -> Economics | None:
+        """What the session's prompt cache is worth, for cost-aware compactors."""
+        rb = self.turn.rb
+        if rb is None:
+            return None
+        state = rb.state
+        model = str(self.client_body.get("model") or "")
+        window = state.context_window or self.settings.context_windows.get(model)
+        observed = observed_hit_ratio(state.turns)
+        return Economics(
+            cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
+            hit_ratio=1.0 if observed is None else observed,
+            turns=len(state.turn_log),
+            # A refusal for length means the window is reached: compact whatever it costs.
+            context_window=1 if force else window,
+            size_after_summary=state.size_after_summary,
+            removed_by_summary=state.removed_by_summary,
+            accrued=state.accrued,
+            rewrites_all=not state.compacted,
+        )
+
+    def response_headers(self) -> dict[str, str]:
+        """The last upstream round's end-to-end headers, ours added; x-request-id if absent."""
+        headers = {
+            name: value
+            for name, value in self.upstream_headers
+            if name not in ("content-type", "content-length")
+        }
+        headers.setdefault("x-request-id", f"req_{uuid.uuid4().hex}")
+        headers["x-xun-session"] = self.turn.key.id
+        headers["x-xun-compaction"] = self.turn.compaction if self.turn.rb else "none"
+        return headers
+
+    async def reactive(self, error_body: Any) -> bool:
+        """After a context-length refusal: compact harder once; True when worth a retry."""
+        if self.turn.rb is None or not self.compaction_enabled() or self.turn.degraded:
+            return False
+        window = self.wire.learned_window(error_body)
+        if window:
+            self.turn.rb.state.context_window = window
+        threshold = self.threshold()
+        before = self.turn.rb.conversation.estimated_message_length()
+        await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold)
+        return self.turn.rb.conversation.estimated_message_length() < before
+
+    # -- upstream calls -----------------------------------------------------------------
+    async def open(self, body: JSON) -> UpstreamResponse:
+        started = time.perf_counter()
+        try:
+            resp = await self.upstream.send(
+                "POST", self.wire.path, headers=self.headers, content=orjson.dumps(body)
+            )
+            self.upstream_headers = self.upstream.response_headers(resp.headers)
+            return resp
+        finally:
+            self.upstream_ms += (time.perf_counter() - started) * 1000
+
+    async def open_checked(
+        self, body: JSON, *, first_round: bool = True
+    ) -> tuple[UpstreamResponse | None, Response | None]:
+        """Open a round; on an error answer, try reactive compaction once, else relay the error.
+
+        Only the first round may be rebuilt after compacting: later rounds carry the
+        proxy's own extract exchanges, which a rebuild would drop.
+        """
+        for attempt in range(2):
+            resp = await self.open(body)
+            if resp.status_code == 200:
+                return resp, None
+            raw = await read_response(resp)
+            try:
+                data: Any = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = None
+            if (
+                attempt == 0
+                and first_round
+                and is_context_length_error(resp.status_code, data)
+                and await self.reactive(data)
+            ):
+                body = self.turn.upstream_body(stream=self.stream)
+                continue
+            return None, Response(
+                raw,
+                status_code=resp.status_code,
+                headers=self.response_headers(),
+                media_type=resp.headers.get("content-type"),
+            )
+        raise AssertionError("unreachable")
+
+    def extract_results(self, calls: list[JSON]) -> list[JSON]:
+        self.extract_calls += len(calls)
+        originals = self.turn.rb.originals if self.turn.rb else {}
+        return [
+            {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
+            for c in calls
+        ]
+
+    def rounds_left(self, done: int) -> bool:
+        return self.turn.injected and done < int(self.settings.max_extract_rounds)
+
+    def hide(self, rnd: Round, extract: list[JSON], results: list[JSON]) -> None:
+        """Keep extract calls made beside the client's own: later rebuilds re-insert them."""
+        own, _ = split_calls(rnd.message.get("tool_calls"))
+        if own and self.turn.rb is not None:
+            add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
+
+    # -- non-streaming ------------------------------------------------------------------
+    async def complete(self) -> Response:
+        body = self.turn.upstream_body(stream=False)
+        rounds: list[Round] = []
+        while True:
+            resp, error = await self.open_checked(body, first_round=not rounds)
+            if error is not None:
+                await self.finish(None, save=False)
+                return error
+            assert resp is not None
+            raw = await read_response(resp)
+            try:
+                rnd = self.wire.reply_round(orjson.loads(raw))
+            except orjson.JSONDecodeError:
+                await self.finish(None, save=False)
+                return Response(raw, status_code=resp.status_code, headers=self.response_headers())
+            except UpstreamInvalidResponse as exc:
+                await self.finish(None, save=False)
+                return self.error_response(exc)
+            rounds.append(rnd)
+            _, extract = split_calls(rnd.message.get("tool_calls"))
+            if extract and self.turn.injected:
+                results = self.extract_results(extract)
+                if rnd.only_extract and self.rounds_left(len(rounds) - 1):
+                    body = self.wire.continue_body(body, rnd, results)
+                    continue
+                self.hide(rnd, extract, results)
+            break
+        reply = self.wire.client_reply(rounds, injected=self.turn.injected)
+        await self.finish(rounds[-1].usage)
+        return Response(
+            orjson.dumps(reply), media_type="application/json", headers=self.response_headers()
+        )
+
+    def error_response(self, exc: ProxyError) -> Response:
+        body = self.wire.error_body(exc.status, exc.message, exc.type, exc.code)
+        headers = {**self.response_headers(), **exc.headers}
+        return JSONResponse(body, status_code=exc.status, headers=headers)
+
+    async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
+        """Record the turn's usage, save the state, and note what happened for logs/metrics.
+
+        A turn the upstream refused saves nothing: its history may diverge from the stored
+        one (a bad request, a retry), and the session must not start over for it. What a
+        compaction decided was already saved when it ran.
+        """
+        rb = self.turn.rb
+        if rb is not None and save:
+            if usage is not None:
+                record_turn(
+                    rb,
+                    total_tokens=usage.total,
+                    prompt_tokens=usage.prompt,
+                    cached_tokens=usage.cached,
+                    compaction=self.turn.compaction,
+                )
+            await self.turn.save()
+        report = self.turn.reports[-1] if self.turn.reports else {}
+        self.log_fields.update(
+            session=self.turn.key.id[:12],
+            tenant=self.turn.key.tenant[:8],
+            model=self.client_body.get("model"),
+            upstream_ms=round(self.upstream_ms, 2),
+            compaction=self.turn.compaction,
+            tokens_before=report.get("tokens_before"),
+            tokens_after=report.get("estimated_tokens_after"),
+            summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,
+            extract_calls=self.extract_calls,
+            degraded=self.turn.degraded,
+            store_errors=self.turn.store_errors,
+            lease=self.turn.lease,  # how the compaction lease went (see proxy.turn.Turn.lease)
+        )
+
+    # -- streaming ----------------------------------------------------------------------
+    async def start_stream(self) -> Response:
+        body = self.turn.upstream_body(stream=True)
+        resp, error = await self.open_checked(body)
+        if error is not None:
+            await self.finish(None, save=False)
+            return error
+        assert resp is not None
+        headers = {**SSE_HEADERS, **self.response_headers()}
+        return StreamingResponse(
+            self.relay(resp, body),
+            media_type="text/event-stream",
+            headers=headers,
+            background=BackgroundTask(resp.aclose),
+        )
+
+    async def relay(self, resp: UpstreamResponse, body: JSON) -> AsyncIterator[bytes]:
+        relay = self.wire.stream_relay(self.client_body)
+        last_usage: Usage | None = None
+        rounds = 0
+        hidden_last = False
+        try:
+            while True:
+                async for out in self.relay_round(resp, relay):
+                    yield out
+                await resp.aclose()
+                rnd = relay.end_round()
+                last_usage = rnd.usage or last_usage
+                _, extract = split_calls(rnd.message.get("tool_calls"))
+                if extract and self.turn.injected:
+                    results = self.extract_results(extract)
+                    if rnd.only_extract and self.rounds_left(rounds):
+                        rounds += 1
+                        body = self.wire.continue_body(body, rnd, results)
+                        next_resp, error = await self.open_checked(body, first_round=False)
+                        if error is not None:
+                            yield relay.error(error.body)
+                            return
+                        assert next_resp is not None
+                        resp = next_resp
+                        continue
+                    self.hide(rnd, extract, results)
+                    hidden_last = rnd.only_extract
+                break
+            # Saved before the end is sent: a client closes as soon as it reads the end.
+            await self.finish(last_usage)
+            for out in relay.finish(hidden_last=hidden_last):
+                yield out
+        except ProxyError as exc:
+            log.warning("upstream failed mid-stream: %s", type(exc).__name__)
+            yield relay.error(None, type(exc).__name__)
+        finally:
+            await resp.aclose()
+
+    async def relay_round(self, resp: UpstreamResponse, relay: StreamRelay) -> AsyncIterator[bytes]:
+        decoder = SSEDecoder()
+        timing: dict[str, Any] = {}
+        try:
+            async for raw in timed_chunks(resp, timing):
+                for event in decoder.feed(raw):
+                    for out in relay.feed(event.event, event.data, event.raw):
+                        yield out
+        finally:
+            self.upstream_ms += timing.get("upstream_ms", 0.0)
+        for event in decoder.flush():
+            for out in relay.feed(event.event, event.data, event.raw):
+                yield out

@@ -1,0 +1,72 @@
+"""The model routes' shared entry: session header -> compacting pipeline, else pass-through.
+
+Each model route (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`) reads its body,
+finds the session header, and hands the request with its wire adapter to `proxy.pipeline`.
+Requests without a session header go through `proxy.routes.forward` untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.errors import InvalidRequest, PayloadTooLarge
+from proxy.pipeline import Pipeline
+from proxy.routes.disconnect import unless_client_leaves
+from proxy.routes.forward import forward
+from proxy.upstream import Upstream
+from proxy.wire.base import Unsupported, Wire
+
+log = logging.getLogger("proxy.models")
+
+MAX_SESSION_ID_CHARS = 16384
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body exceeds the proxy's limit of {limit} bytes.")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body exceeds the proxy's limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def session_id_of(request: Request, names: list[str]) -> str | None:
+    for name in names:
+        value = request.headers.get(name)
+        if value:
+            return value
+    return None
+
+
+async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) -> Response:
+    """One model request through `wire`: compacted when it names a session."""
+    settings = request.app.state.settings
+    raw = await read_body(request, int(settings.max_body_bytes))
+    session_id = session_id_of(request, list(settings.session_headers))
+    if session_id is None:
+        return await unless_client_leaves(request.receive, forward(request, body=raw))
+    if len(session_id) > MAX_SESSION_ID_CHARS:
+        raise InvalidRequest("The session header is too long.", code="invalid_session_id")
+    body = wire.parse(raw)
+    handler = Pipeline(request, body, session_id, wire, upstream)
+    try:
+        handler.turn.messages = wire.messages(body)
+        await handler.prepare()
+    except Unsupported:
+        handler.turn.rb = None
+        handler.turn.degraded = "unsupported"
+    except Exception:  # compaction or store trouble never fails the request
+        log.exception("preparing the session failed, sending uncompacted")
+        handler.turn.rb = None
+        handler.turn.degraded = "prepare_failed"
+    # What a compaction decided is saved already: a client that leaves now only stops the call.
+    work = handler.start_stream() if handler.stream else handler.complete()
+    return await unless_client_leaves(request.receive, work)

@@ -1,0 +1,1 @@
+"""Wire adapters: one per API the proxy speaks."""

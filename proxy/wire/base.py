@@ -1,0 +1,132 @@
+"""What the turn pipeline asks of a wire format (Chat Completions, Responses, Messages).
+
+The pipeline (`proxy.pipeline`) knows sessions, compaction and the hidden extract loop; a
+`Wire` knows one API's bodies, streams, usage and error shape. Between them travel neutral
+messages: Chat Completions-shaped dicts that may carry the wire's own objects under `x_items`
+(see `proxy.wire.chat` for the identity case). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+JSON = dict[str, Any]
+
+
+@dataclass
+class Usage:
+    """One upstream round's usage, as the trigger and the cost model read it."""
+
+    total: int | None = None  # the size the next request starts from
+    prompt: int | None = None  # what the prompt was billed, cached part included
+    cached: int | None = None  # the cached part of the prompt
+
+
+@dataclass
+class Outgoing:
+    """The rebuilt conversation to send, in neutral messages.
+
+    `messages` is the whole list as Chat Completions sends it (the summary, if any, in the
+    first system message); `system` (the client's own system messages, verbatim), `summary`
+    (the rendered summary text or None) and `rest` are its parts, for APIs that place the
+    summary elsewhere.
+    """
+
+    messages: list[JSON]
+    system: list[JSON]
+    summary: str | None
+    rest: list[JSON]
+
+
+@dataclass
+class Round:
+    """What one upstream round asked for, in neutral form."""
+
+    message: JSON  # the neutral assistant message (tool_calls in Chat Completions' shape)
+    usage: Usage | None
+    only_extract: bool  # it called the proxy's extract tool and nothing the client sees
+    raw: Any = None  # the wire's own record of the round (a completion, a response's output)
+
+
+class StreamRelay(Protocol):
+    """Relays one client response that may span several upstream rounds."""
+
+    def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
+        """What to send the client for one upstream SSE event."""
+        ...
+
+    def end_round(self) -> Round:
+        """The round just relayed; the next `feed` belongs to a new round."""
+        ...
+
+    def finish(self, *, hidden_last: bool) -> list[bytes]:
+        """The closing events; `hidden_last` when the last round held only hidden calls."""
+        ...
+
+    def error(self, body: Any, detail: str | None = None) -> bytes:
+        """An in-stream error event in this API's shape."""
+        ...
+
+
+class Unsupported(Exception):
+    """A request this wire can serve only as a pass-through (e.g. server-held history)."""
+
+
+class Wire(Protocol):
+    """One API's side of a compacting turn."""
+
+    name: str  # "chat", "responses", "messages": logs, metrics, the admin view
+    path: str  # the upstream path, relative to that upstream's base URL
+
+    def parse(self, raw: bytes) -> JSON:
+        """The request body; raises InvalidRequest for what the API would refuse."""
+        ...
+
+    def messages(self, body: JSON) -> list[JSON]:
+        """Neutral messages; raises UnrecognisedHistory (uncompacted) or Unsupported."""
+        ...
+
+    def tools(self, body: JSON) -> Any: ...
+
+    def with_extract_tool(self, tools: Any) -> list[Any]: ...
+
+    def defines_extract_tool(self, tools: Any) -> bool: ...
+
+    def can_inject(self, body: JSON) -> bool:
+        """Whether the proxy's tool may be added (e.g. not with several choices)."""
+        ...
+
+    def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
+        """The body sent upstream (`out` None: the client's messages unchanged)."""
+        ...
+
+    def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
+        """The next round's body: this round's output and the proxy's extract answers added."""
+        ...
+
+    def reply_round(self, data: Any) -> Round:
+        """A non-streamed reply as a round; raises UpstreamInvalidResponse when unreadable."""
+        ...
+
+    def client_reply(self, rounds: list[Round], *, injected: bool) -> JSON:
+        """The one reply the client sees: hidden calls gone, usage summed."""
+        ...
+
+    def stream_relay(self, body: JSON) -> StreamRelay: ...
+
+    def summary_body(self, chat_body: JSON) -> JSON:
+        """A Chat Completions-shaped summary request in this API."""
+        ...
+
+    def summary_reply(self, data: Any) -> JSON:
+        """This API's reply to a summary request as a Chat Completions completion."""
+        ...
+
+    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
+        """An error body in this API's shape."""
+        ...
+
+    def learned_window(self, error_body: Any) -> int | None:
+        """The context window a length refusal names, if it does."""
+        ...

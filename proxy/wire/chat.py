@@ -1,0 +1,204 @@
+"""Chat Completions on the wire: the identity case of the neutral conversation.
+
+Neutral messages are Chat Completions messages, so requests map onto them as they are; this
+adapter adds the proxy's tool in the `tools` list, asks a stream for its usage, hides extract
+calls in replies and chunks (`proxy.relay`), and renders errors in OpenAI's shape. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
+from proxy.extract_tool import client_defines_tool, inject
+from proxy.relay import (
+    StreamRound,
+    error_event,
+    finish_chunk,
+    relay_event,
+    usage_chunk,
+    usage_sum,
+    visible_message,
+)
+from proxy.sse import DONE
+from proxy.wire.base import JSON, Outgoing, Round, Usage
+
+_MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
+
+
+def usage_of(usage: Any) -> Usage | None:
+    """Chat Completions usage as the trigger reads it; None when absent or unreadable."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(
+        total=_count(usage.get("total_tokens")),
+        prompt=_count(usage.get("prompt_tokens")),
+        cached=_count(cached),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def parse_body(raw: bytes) -> JSON:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: {exc.msg}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if not isinstance(body.get("messages"), list):
+        raise InvalidRequest(
+            "'messages' must be a list of messages.", param="messages", code="invalid_type"
+        )
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest(
+            "'stream_options' must be an object.", param="stream_options", code="invalid_type"
+        )
+    return body
+
+
+class ChatRelay:
+    """A streamed chat completion spanning one or more upstream rounds."""
+
+    def __init__(self, wants_usage: bool) -> None:
+        self.wants_usage = wants_usage
+        self.chunk_id: str | None = None
+        self.last_chunk: JSON | None = None
+        self.usages: list[JSON] = []
+        self.rnd = StreamRound(first_round=True, keep_usage_field=wants_usage)
+
+    def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
+        out = relay_event(data, raw, self.rnd)
+        return [out] if out else []
+
+    def end_round(self) -> Round:
+        rnd = self.rnd
+        self.chunk_id = rnd.chunk_id
+        if rnd.usage:
+            self.usages.append(rnd.usage)
+        self.last_chunk = rnd.accumulator.to_completion()
+        message = rnd.message()
+        self.rnd = StreamRound(
+            chunk_id=self.chunk_id, first_round=False, keep_usage_field=self.wants_usage
+        )
+        return Round(message=message, usage=usage_of(rnd.usage), only_extract=rnd.only_extract)
+
+    def finish(self, *, hidden_last: bool) -> list[bytes]:
+        out = []
+        if hidden_last and self.last_chunk is not None:
+            # Out of extract rounds: end the reply the client saw normally.
+            out.append(finish_chunk(self.chunk_id, self.last_chunk))
+        total = usage_sum(self.usages)
+        if self.wants_usage and total is not None and self.last_chunk is not None:
+            out.append(usage_chunk(self.chunk_id, self.last_chunk, total))
+        out.append(DONE)
+        return out
+
+    def error(self, body: Any, detail: str | None = None) -> bytes:
+        return error_event(body, detail)
+
+
+class ChatWire:
+    """`POST /v1/chat/completions`."""
+
+    name = "chat"
+    path = "/chat/completions"
+
+    def parse(self, raw: bytes) -> JSON:
+        return parse_body(raw)
+
+    def messages(self, body: JSON) -> list[JSON]:
+        messages: list[JSON] = body["messages"]
+        return messages
+
+    def tools(self, body: JSON) -> Any:
+        return body.get("tools")
+
+    def with_extract_tool(self, tools: Any) -> list[Any]:
+        return inject(tools)
+
+    def defines_extract_tool(self, tools: Any) -> bool:
+        return client_defines_tool(tools)
+
+    def can_inject(self, body: JSON) -> bool:
+        n = body.get("n")
+        return n is None or n == 1
+
+    def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
+        sent = dict(body)
+        if out is not None:
+            sent["messages"] = out.messages
+        if tools is not None:
+            sent["tools"] = tools
+        if stream:
+            options = dict(sent.get("stream_options") or {})
+            options["include_usage"] = True
+            sent["stream_options"] = options
+        return sent
+
+    def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
+        out = dict(body)
+        out["messages"] = [*body["messages"], rnd.message, *results]
+        return out
+
+    def reply_round(self, data: Any) -> Round:
+        if not isinstance(data, dict):
+            raise UpstreamInvalidResponse()
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else {}
+        if not isinstance(choice, dict):
+            raise UpstreamInvalidResponse()
+        message = choice.get("message") or {}
+        if not isinstance(message, dict):
+            raise UpstreamInvalidResponse()
+        shown, extract = visible_message(message)
+        only = bool(extract) and not shown.get("tool_calls")
+        usage = usage_of(data.get("usage"))
+        return Round(message=message, usage=usage, only_extract=only, raw=data)
+
+    def client_reply(self, rounds: list[Round], *, injected: bool) -> JSON:
+        """The last completion, extract calls removed, usage of every round added."""
+        last = rounds[-1]
+        completion: JSON = last.raw
+        if injected:
+            shown, extract = visible_message(last.message)
+            if extract:
+                choice = completion["choices"][0]
+                if not shown.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+                choice["message"] = shown
+        total = usage_sum([r.raw.get("usage") or {} for r in rounds])
+        if total is not None:
+            completion["usage"] = total
+        return completion
+
+    def stream_relay(self, body: JSON) -> ChatRelay:
+        options = body.get("stream_options") or {}
+        return ChatRelay(wants_usage=bool(options.get("include_usage")))
+
+    def summary_body(self, chat_body: JSON) -> JSON:
+        return chat_body
+
+    def summary_reply(self, data: Any) -> JSON:
+        if not isinstance(data, dict):
+            raise UpstreamInvalidResponse()
+        return data
+
+    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
+        return error_payload(message, type_, code)
+
+    def learned_window(self, error_body: Any) -> int | None:
+        err = error_body.get("error") if isinstance(error_body, dict) else None
+        text = str(err.get("message") if isinstance(err, dict) else error_body)
+        m = _MAX_CONTEXT.search(text)
+        return int(m.group(1)) if m else None
