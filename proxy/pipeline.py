@@ -32,12 +32,11 @@ from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.turn import Turn, tenant_of
 from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
+from proxy.windows import known_window, threshold_for
 from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
 
 log = logging.getLogger("proxy.pipeline")
 
-# Compact once a prompt passes this share of a known context window: room for the reply.
-WINDOW_SHARE = 0.75
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -73,16 +72,16 @@ class Pipeline:
 
     # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
-        """The trigger: the header override or the setting, kept below the model's window."""
+        """The trigger: the header override, the setting, or a share of the model's window."""
         value = self.request.headers.get("x-xun-token-threshold", "")
-        threshold = int(value) if value.isdigit() and int(value) > 0 else None
-        threshold = threshold or int(self.settings.token_threshold)
-        window = self.settings.context_windows.get(str(self.client_body.get("model")))
-        if self.turn.rb is not None and self.turn.rb.state.context_window:
-            window = self.turn.rb.state.context_window
-        if window:
-            threshold = min(threshold, int(window * WINDOW_SHARE))
-        return threshold
+        override = int(value) if value.isdigit() and int(value) > 0 else None
+        settings = self.settings
+        explicit = override is not None or "token_threshold" in settings.model_fields_set
+        setting = override or int(settings.token_threshold)
+        model = str(self.client_body.get("model") or "")
+        learned = self.turn.rb.state.context_window if self.turn.rb is not None else None
+        window = learned or known_window(model, settings.context_windows)
+        return threshold_for(setting, explicit=explicit, window=window, learned=bool(learned))
 
     def compaction_enabled(self) -> bool:
         if self.request.headers.get("x-xun-compact", "").lower() == "off":
@@ -151,7 +150,11 @@ class Pipeline:
         }
         headers.setdefault("x-request-id", f"req_{uuid.uuid4().hex}")
         headers["x-xun-session"] = self.turn.key.id
-        headers["x-xun-compaction"] = self.turn.compaction if self.turn.rb else "none"
+        if self.turn.rb is not None:
+            headers["x-xun-compaction"] = self.turn.compaction
+        else:
+            unsupported = self.turn.degraded == "unsupported"
+            headers["x-xun-compaction"] = "unsupported" if unsupported else "none"
         return headers
 
     async def reactive(self, error_body: Any) -> bool:

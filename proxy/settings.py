@@ -123,6 +123,9 @@ def is_loopback(host: str) -> bool:
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
+DEFAULT_SESSION_HEADERS = ("X-Session-Id", "session_id", "session-id", "x-claude-code-session-id")
+
+
 class Settings(BaseSettings):
     """Every knob of the proxy. Build it with `load_settings`; `Settings(...)` reads no env."""
 
@@ -170,7 +173,11 @@ class Settings(BaseSettings):
     cache_read_factors: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
 
     admin_key: SecretStr | None = None
-    session_headers: list[str] = Field(default_factory=lambda: ["X-Session-Id"], min_length=1)
+    # X-Session-Id, then the ids agents send on their own: Codex CLI (`session_id`, or
+    # `session-id`) and Claude Code (`x-claude-code-session-id`).
+    session_headers: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SESSION_HEADERS), min_length=1
+    )
 
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_content: bool = False

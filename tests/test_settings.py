@@ -39,7 +39,12 @@ def test_defaults() -> None:
     assert settings.auto_compact_enabled is True
     assert settings.admin_key is None and settings.upstream_api_key is None
     assert settings.summary_model is None
-    assert settings.session_headers == ["X-Session-Id"]
+    assert settings.session_headers == [
+        "X-Session-Id",
+        "session_id",
+        "session-id",
+        "x-claude-code-session-id",
+    ]
     assert (settings.toolcall_keep_max, settings.summary_keep_max) == (12, 16)
     assert (settings.escalation_rounds, settings.max_retries) == (2, 2)
     assert settings.compactor is None
@@ -399,7 +404,7 @@ def test_settings_constructor_reads_no_environment(monkeypatch: pytest.MonkeyPat
 
 
 def test_default_store_url_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from proxy.store.base import default_store_url as store_default
+    from proxy.store.factory import default_store_url as store_default
 
     assert default_store_url({"XDG_STATE_HOME": "/x"}) == "sqlite:////x/xun-proxy/sessions.db"
     home_default = f"sqlite:///{Path.home()}/.local/state/xun-proxy/sessions.db"

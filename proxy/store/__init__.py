@@ -1,6 +1,6 @@
 """Where per-session compaction state lives: memory, SQLite (the default) or Redis.
 
-`open_store(url)` picks the backend from the URL; everything else is in `proxy.store.base`.
+`open_store(url)` picks the backend from the URL; the contract is `proxy.store.base`.
 The backends import lazily, so `redis` is only needed for a redis:// URL. `CachedStore` puts a
 bounded in-process cache in front of any of them.
 """
@@ -14,10 +14,9 @@ from proxy.store.base import (
     StoredSession,
     StoreError,
     VersionConflict,
-    default_store_url,
-    open_store,
 )
 from proxy.store.cache import CachedStore
+from proxy.store.factory import default_store_url, open_store
 
 __all__ = [
     "CachedStore",

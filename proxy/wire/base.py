@@ -21,6 +21,7 @@ class Usage:
     total: int | None = None  # the size the next request starts from
     prompt: int | None = None  # what the prompt was billed, cached part included
     cached: int | None = None  # the cached part of the prompt
+    output: int | None = None  # what the reply was billed
 
 
 @dataclass
