@@ -603,7 +603,8 @@ class ReadFiles:
     def __init__(self, files: int, tool: str = "exec_command") -> None:
         self.files = files
         self.tool = tool
-        self.extracted: list[str] = []  # ids the model asked for
+        self.extracted: list[str] = []  # placeholder IDs the model asked for
+        self.extract_call_ids: list[str] = []  # the call ids of those extract calls
         self.summaries = 0
         self.turns = 0
 
@@ -632,11 +633,12 @@ class ReadFiles:
             for output in request.outputs().values():
                 match = PLACEHOLDER_RE.search(output)
                 if match:
+                    call_id = _random_id("call_", 24)
                     self.extracted.append(match.group("key"))
+                    self.extract_call_ids.append(call_id)
                     args = {"toolcall_id": match.group("key")}
-                    return Turn.call(
-                        EXTRACT_TOOL_NAME, args, reasoning="A compacted output: get it back."
-                    )
+                    why = "An output was compacted: get it back."
+                    return Turn.call(EXTRACT_TOOL_NAME, args, call_id, reasoning=why)
         if newest >= self.files:
             return Turn(text=f"Done: read {self.files} files.", reasoning="All files are read.")
         name, args = self.read_call(newest + 1)
