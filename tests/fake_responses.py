@@ -492,20 +492,22 @@ class FakeResponses(FakeUpstream):
         tokens = count_input_tokens(body, items[: best - 1])
         return 0 if tokens < _CACHE_MIN else tokens // _CACHE_STEP * _CACHE_STEP
 
-    def _refusal(self, body: Any) -> tuple[dict[str, Any], list[dict[str, Any]]] | dict[str, Any]:
-        """(full items) for a request OpenAI accepts, or the error body it refuses with."""
+    def _refusal(
+        self, body: Any
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | tuple[int, dict[str, Any]]:
+        """(body, full items) for a request OpenAI accepts, else (status, its error body)."""
         if not isinstance(body, dict):
-            return _error_body(
+            return 400, _error_body(
                 "We could not parse the JSON body of your request.", "invalid_request_error"
             )
         if not body.get("model"):
             message = "Missing required parameter: 'model'."
-            return _error_body(
+            return 400, _error_body(
                 message, "invalid_request_error", "model", "missing_required_parameter"
             )
         given = body.get("input")
         if given is not None and not isinstance(given, str | list):
-            return _invalid_type("input", "one of a string or array of input items", given)
+            return 400, _invalid_type("input", "one of a string or array of input items", given)
         items = input_items(body)
         previous = body.get("previous_response_id")
         if previous is not None:
@@ -513,7 +515,7 @@ class FakeResponses(FakeUpstream):
                 earlier = self._stored.get(str(previous))
             if earlier is None:
                 message = f"Previous response with id '{previous}' not found."
-                return _error_body(
+                return 404, _error_body(
                     message,
                     "invalid_request_error",
                     "previous_response_id",
@@ -532,25 +534,25 @@ class FakeResponses(FakeUpstream):
                     "`store` is set to false. Try again with `store` set to true, or remove this "
                     "item from your input."
                 )
-                return _error_body(message, "invalid_request_error", "input", None)
+                return 404, _error_body(message, "invalid_request_error", "input", None)
             if blob is not None and blob != issued:
                 message = (
                     f"The encrypted content for item {item.get('id')} could not be verified. "
                     "Reason: Encrypted content could not be decrypted or parsed."
                 )
-                return _error_body(
+                return 400, _error_body(
                     message, "invalid_request_error", None, "invalid_encrypted_content"
                 )
         problems = sequence_problems(items)
         if problems:
-            return _error_body(problems[0], "invalid_request_error", "input", None)
+            return 400, _error_body(problems[0], "invalid_request_error", "input", None)
         return body, items
 
     async def _responses(self, request: Request) -> Response:
         record = await self._record(request)
         checked = self._refusal(record.json)
-        if isinstance(checked, dict):
-            return self._json(record, 400, checked)
+        if isinstance(checked[0], int):
+            return self._json(record, checked[0], checked[1])
         body, items = checked
         seen = ResponsesRequest(body, items, record.headers)
         tokens = count_input_tokens(body, items)
