@@ -591,6 +591,26 @@ def file_text(n: int, size: int) -> str:
 FILE_RE = re.compile(r"file_(\d+)\.txt")
 
 
+def after_summaries(requests: list[RecordedRequest]) -> list[tuple[RecordedRequest, str]]:
+    """Each model request made after a summary request, with the marker of the newest
+    summary before it (what `ReadFiles` answered to that summary request)."""
+    found: list[tuple[RecordedRequest, str]] = []
+    summaries = 0
+    for record in requests:
+        body = record.json if isinstance(record.json, dict) else {}
+        if ResponsesRequest(body, input_items(body), record.headers).is_summary_request():
+            summaries += 1
+        elif summaries:
+            found.append((record, ReadFiles.summary_marker(summaries)))
+    return found
+
+
+def seen_text(body: dict[str, Any]) -> str:
+    """The instructions and every message's text: where a summary can reach the model."""
+    messages = [i for i in input_items(body) if i.get("type", "message") == "message"]
+    return str(body.get("instructions") or "") + "".join(item_text(i) for i in messages)
+
+
 class ReadFiles:
     """A model that reads files 1..`files` one per turn with the client's tool, then answers.
 

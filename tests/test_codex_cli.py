@@ -28,9 +28,11 @@ from tests.fake_responses import (
     FakeResponses,
     ReadFiles,
     ResponsesRequest,
+    after_summaries,
     file_text,
     input_items,
     item_text,
+    seen_text,
     sequence_problems,
 )
 from tests.fake_upstream import RecordedRequest
@@ -252,19 +254,13 @@ def test_a_summary_reaches_later_requests(proxied: Recorded) -> None:
     summaries = proxied.summary_requests()
     assert summaries, "the proxy made no summary request"
     assert summaries[0].json.get("store") is False
-    marker = ReadFiles.summary_marker(1)
-    first_summary = proxied.requests.index(summaries[0])
-    later = [r for r in proxied.model_requests() if proxied.requests.index(r) > first_summary]
+    later = after_summaries(proxied.requests)
     assert later, "nothing was sent after the summary"
     codex_developer = proxied.requests[0].json["input"][0]
-    for record in later:
-        body = record.json
-        seen = str(body.get("instructions") or "") + "".join(
-            item_text(i) for i in input_items(body) if i.get("type", "message") == "message"
-        )
-        assert marker in seen
+    for record, marker in later:
+        assert marker in seen_text(record.json)
         # The summary joins Codex's own instructions, never replaces them.
-        assert codex_developer in input_items(body)
+        assert codex_developer in input_items(record.json)
 
 
 def test_the_last_request_is_at_most_60_percent_of_the_direct_one(
