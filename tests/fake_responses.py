@@ -449,6 +449,7 @@ class FakeResponses(FakeUpstream):
             self.issued: dict[str, str] = {}  # reasoning item id -> encrypted_content sent
             self._stored: dict[str, list[dict[str, Any]]] = {}  # response id -> full items
             self._prefixes: list[list[str]] = []  # earlier prompts, for cached_tokens
+            self._answers: dict[int, dict[str, Any]] = {}  # id(record) -> response object
 
     def push_turns(self, *turns: Turn | Policy) -> None:
         """Queue outputs (or policies) for the next Responses requests, before `policy`."""
@@ -459,6 +460,11 @@ class FakeResponses(FakeUpstream):
     def responses_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.path == "/v1/responses"]
+
+    def answer_to(self, record: RecordedRequest) -> dict[str, Any] | None:
+        """The response object the fake answered `record` with (None for a refusal)."""
+        with self._lock:
+            return self._answers.get(id(record))
 
     def _issue(self, item_id: str) -> str:
         blob = _encrypted_blob()
@@ -566,8 +572,9 @@ class FakeResponses(FakeUpstream):
             return self._json(record, turn.status, {"error": turn.error})
         usage = {"input_tokens": tokens, "cached_tokens": self._cached_tokens(body, items)}
         rendered = _Rendered(self, body, turn, usage)
-        if body.get("store", True) is not False:
-            with self._lock:
+        with self._lock:
+            self._answers[id(record)] = rendered.response
+            if body.get("store", True) is not False:
                 self._stored[rendered.response["id"]] = items + rendered.output
         if turn.failed:
             events = rendered.failed_events(turn.error or {})

@@ -70,7 +70,11 @@ def _view(record: RecordedRequest) -> ResponsesRequest:
 
 
 def _model_requests(fake: FakeResponses) -> list[RecordedRequest]:
-    return [r for r in fake.responses_requests if not _view(r).is_summary_request()]
+    return _model_only(fake.responses_requests)
+
+
+def _model_only(records: list[RecordedRequest]) -> list[RecordedRequest]:
+    return [r for r in records if not _view(r).is_summary_request()]
 
 
 def _read(arguments: str) -> str:
@@ -102,9 +106,12 @@ def _check_stream(events: list[Any]) -> Any:
 class ResponsesLoop:
     """A stateless Responses client: keeps the items, runs the tool, sends everything."""
 
-    def __init__(self, client: openai.OpenAI, *, stream: bool) -> None:
+    def __init__(self, client: openai.OpenAI, fake: FakeResponses, *, stream: bool) -> None:
         self.client = client
+        self.fake = fake
         self.stream = stream
+        # per client request: its usage, and the upstream requests made while it was served
+        self.rounds: list[tuple[Any, list[RecordedRequest]]] = []
         self.items: list[dict[str, Any]] = [
             {"role": "developer", "content": SYSTEM},
             {"role": "user", "content": "Read file_1.txt, file_2.txt, ... one by one."},
@@ -120,6 +127,7 @@ class ResponsesLoop:
             "store": False,
             "include": ["reasoning.encrypted_content"],
         }
+        before = len(self.fake.responses_requests)
         if self.stream:
             raw = self.client.responses.with_raw_response.create(stream=True, **kwargs)
             response = _check_stream(list(raw.parse()))
@@ -127,6 +135,7 @@ class ResponsesLoop:
             raw = self.client.responses.with_raw_response.create(**kwargs)
             response = raw.parse()
         self.compaction.append(raw.headers.get("x-xun-compaction"))
+        self.rounds.append((response.usage, self.fake.responses_requests[before:]))
         for item in response.output:
             self.items.append(item.model_dump(exclude_none=True))
             if item.type == "function_call":
@@ -157,8 +166,10 @@ def _check_upstream(fake: FakeResponses, client_tools: list[dict[str, Any]]) -> 
     placeholders = 0
     for record in _model_requests(fake):
         tools = record.json["tools"]
+        extract = tools[-1]
+        assert extract.get("name") == EXTRACT_TOOL_NAME, "the proxy added no extract tool"
+        assert extract["type"] == "function" and "function" not in extract  # Responses shape
         assert tools[:-1] == client_tools
-        assert tools[-1]["type"] == "function" and tools[-1]["name"] == EXTRACT_TOOL_NAME
         outputs = [item_text(i) for i in input_items(record.json) if "call_id" in i]
         placeholders += sum(1 for text in outputs if PLACEHOLDER_RE.fullmatch(text))
     summarised = any(_view(r).is_summary_request() for r in requests)
@@ -190,7 +201,8 @@ def test_openai_sdk_tool_loop_through_a_compaction(
     stream: bool,
 ) -> None:
     proxy = make_proxy(token_threshold=THRESHOLD)
-    loop = ResponsesLoop(openai_client(proxy, session=f"responses-{stream}"), stream=stream)
+    client = openai_client(proxy, session=f"responses-{stream}")
+    loop = ResponsesLoop(client, fake_upstream, stream=stream)
     loop.run(limit=FILES + 5)
     assert loop.answer == f"Done: read {FILES} files."
     # The client's history is whole: every file, no placeholder.
@@ -198,6 +210,14 @@ def test_openai_sdk_tool_loop_through_a_compaction(
     assert outputs == [file_text(n, FILE_CHARS) for n in range(1, FILES + 1)]
     assert set(loop.compaction) & {"toolcall", "summary"}, loop.compaction
     _check_upstream(fake_upstream, [READ_TOOL])
+    # A client request the proxy served in several rounds (its hidden extract calls) is one
+    # response to the client, whose usage is the sum of the rounds'.
+    hidden = [(usage, rounds) for usage, rounds in loop.rounds if len(_model_only(rounds)) > 1]
+    assert hidden, "no client request needed a hidden extract round"
+    for usage, rounds in hidden:
+        answers = [fake_upstream.answer_to(r) for r in _model_only(rounds)]
+        for key in ("input_tokens", "output_tokens", "total_tokens"):
+            assert getattr(usage, key) == sum(a["usage"][key] for a in answers if a), key
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
