@@ -68,7 +68,16 @@ def _view(record: RecordedRequest) -> ResponsesRequest:
     return ResponsesRequest(record.json, input_items(record.json), record.headers)
 
 
-def _run(tmp: Path, name: str, through_proxy: bool) -> Recorded:
+def _run(
+    tmp: Path,
+    name: str,
+    through_proxy: bool,
+    *,
+    threshold: int | None = THRESHOLD,
+    window: int | None = None,
+) -> Recorded:
+    """One Codex run; `threshold=None` leaves the proxy's default, `window` makes the fake
+    refuse longer inputs as OpenAI does (400 `context_length_exceeded`)."""
     work = tmp / f"{name}-work"
     work.mkdir()
     for n in range(1, FILES + 1):
@@ -76,14 +85,17 @@ def _run(tmp: Path, name: str, through_proxy: bool) -> Recorded:
     fake = FakeResponses().start()
     model = ReadFiles(FILES, tool="exec_command")
     fake.policy = model
+    fake.context_window = window
     proxy = None
     try:
         base_url = fake.url
         if through_proxy:
-            # The product's defaults except the threshold: the session header Codex sends,
-            # the default compactor, the Responses adapter.
-            settings = proxy_settings(fake, token_threshold=THRESHOLD, compactor=None)
-            proxy = UvicornThread(create_app(settings)).start()
+            # The product's defaults but the threshold: the session header Codex sends, the
+            # default compactor, the Responses adapter.
+            overrides: dict[str, object] = {"compactor": None}
+            if threshold is not None:
+                overrides["token_threshold"] = threshold
+            proxy = UvicornThread(create_app(proxy_settings(fake, **overrides))).start()
             base_url = proxy.url + "/v1"
         codex = run_codex(base_url, work, tmp / f"{name}-home", PROMPT)
     finally:
@@ -270,3 +282,34 @@ def test_the_last_request_is_at_most_60_percent_of_the_direct_one(
     proxied_last = proxied.model_requests()[-1]
     ratio = len(proxied_last.body) / len(direct_last.body)
     assert ratio <= 0.6, f"{len(proxied_last.body)} / {len(direct_last.body)} = {ratio:.2f}"
+
+
+# --- the reactive path: a window smaller than the session, and the proxy's default threshold --
+
+WINDOW = 30_000  # tokens: the direct run needs about 46k
+
+
+@pytest.fixture(scope="module")
+def window_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recorded, Recorded]:
+    tmp = tmp_path_factory.mktemp("codex-window")
+    direct = _run(tmp, "direct", through_proxy=False, window=WINDOW)
+    proxied = _run(tmp, "proxied", through_proxy=True, threshold=None, window=WINDOW)
+    return direct, proxied
+
+
+def test_directly_codex_runs_out_of_the_window(window_runs: tuple[Recorded, Recorded]) -> None:
+    run = window_runs[0].codex
+    assert run.returncode != 0, run.describe()
+    assert "ran out of room in the model's context window" in run.stderr, run.describe()
+
+
+def test_through_the_proxy_codex_finishes_in_the_same_window(
+    window_runs: tuple[Recorded, Recorded],
+) -> None:
+    """The fake refuses for length; the proxy compacts and retries (the reactive path), so
+    Codex never sees the refusal."""
+    proxied = window_runs[1]
+    assert proxied.codex.returncode == 0, proxied.codex.describe()
+    assert proxied.codex.last_message.strip() == f"Done: read {FILES} files."
+    for record in proxied.requests:
+        assert sequence_problems(input_items(record.json)) == []
