@@ -146,7 +146,7 @@ class CodexRun:
 
 
 def run_codex(
-    base_url: str, workdir: Path, home: Path, prompt: str, *, timeout: float = 90
+    base_url: str, workdir: Path, home: Path, prompt: str, *, timeout: float = 60
 ) -> CodexRun:
     """`codex exec` in `workdir` with CODEX_HOME=`home`, talking only to `base_url`."""
     binary = require_codex()

@@ -12,7 +12,6 @@ appears. The tests below check issue 14's list, each on its own, against both re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,9 +105,9 @@ def _run(
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Recorded, Recorded]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recorded, Recorded]:
     tmp = tmp_path_factory.mktemp("codex")
-    yield _run(tmp, "direct", through_proxy=False), _run(tmp, "proxied", through_proxy=True)
+    return _run(tmp, "direct", through_proxy=False), _run(tmp, "proxied", through_proxy=True)
 
 
 @pytest.fixture
