@@ -1,0 +1,370 @@
+"""Responses API items <-> neutral messages, and the extract tool in the Responses shape.
+
+A stateless Responses request carries the whole history as `input` items. `items_to_messages`
+groups them into the Chat Completions-shaped messages the core works on: leading developer or
+system items become system messages, each user item a user message, each run of model items
+(reasoning, assistant text, calls of any kind, unknown items) one assistant message with a
+tool call per item that has a `call_id`, and each output a tool message. Every message keeps
+the very items it came from under `x_items`; `messages_to_items` emits those verbatim, so a
+history the core left alone comes back byte for byte (reasoning `encrypted_content` included).
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
+from proxy.session import UnrecognisedHistory
+
+X_ITEMS = "x_items"
+
+# Output items that always answer a call (a missing or unknown call makes the history one the
+# proxy cannot reason about). Other `*_output` items answer a call when they name one.
+KNOWN_OUTPUTS = frozenset(
+    {"function_call_output", "custom_tool_call_output", "computer_call_output"}
+    | {"local_shell_call_output"}
+)
+# Outputs whose `output` may be text whatever it held: a placeholder may replace it.
+TEXT_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+# Outputs that must keep their structured output (a screenshot): never replaced.
+FIXED_OUTPUTS = frozenset({"computer_call_output"})
+CLIENT_ROLES = frozenset({"user", "system", "developer"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def _fail(i: int, why: str) -> UnrecognisedHistory:
+    return UnrecognisedHistory(f"input item {i}: {why}")
+
+
+def _item_type(item: dict[str, Any], i: int) -> str:
+    kind = item.get("type")
+    if kind is None:
+        if "role" in item:
+            return "message"  # the easy form: {"role": ..., "content": ...}
+        if "id" in item:
+            return "item_reference"  # its `type` is optional
+        raise _fail(i, "an item without a type")
+    if not isinstance(kind, str):
+        raise _fail(i, "the item's type is not a string")
+    return kind
+
+
+def _output_link(item: dict[str, Any], kind: str, i: int) -> str | None:
+    """The call_id an output item answers; None when the item is no tool output."""
+    if kind in KNOWN_OUTPUTS:
+        link = item.get("call_id")
+        if link is None and kind == "local_shell_call_output":
+            link = item.get("id")  # the older shape names the call under `id`
+        if not isinstance(link, str):
+            raise _fail(i, f"a {kind} without a call_id")
+        return link
+    link = item.get("call_id")
+    if kind.endswith("_output") and isinstance(link, str):
+        return link
+    return None
+
+
+def parts_text(content: Any) -> str:
+    """The text of a message's content: a string as is, text and refusal parts joined."""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict):
+            text = part.get("text", part.get("refusal"))
+            if isinstance(text, str):
+                texts.append(text)
+    return "\n".join(texts)
+
+
+def _user_content(content: str | list[Any]) -> str | list[Any]:
+    """A user item's content as chat content: text and image parts in the chat shape."""
+    if isinstance(content, str):
+        return content
+    parts: list[Any] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "input_image":
+            image = {"url": part.get("image_url") or part.get("file_id")}
+            if "detail" in part:
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            parts.append(part)  # files and unknown parts: counted as their JSON
+    return parts
+
+
+def output_content(item: dict[str, Any]) -> Any:
+    """The content of the tool message an output item becomes."""
+    if item.get("type") in FIXED_OUTPUTS:
+        shot = item.get("output")
+        url = shot.get("image_url") or shot.get("file_id") if isinstance(shot, dict) else None
+        return [{"type": "input_image", "image_url": url}]
+    value = item["output"] if "output" in item else item.get("result")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return list(value)  # text, image and file parts, kept as parts
+    if value is None:
+        return ""
+    return orjson.dumps(value).decode()
+
+
+def _arguments(item: dict[str, Any]) -> str:
+    for key in ("arguments", "input", "code"):
+        if isinstance(item.get(key), str):
+            return str(item[key])
+    for key in ("action", "actions", "arguments", "operation"):
+        if key in item:
+            return orjson.dumps(item[key]).decode()
+    return ""
+
+
+class _Group:
+    """One run of model items becoming one assistant message."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] = {"role": "assistant", "content": None, X_ITEMS: []}
+        self.calls: list[dict[str, Any]] = []
+        self.texts: list[str] = []
+        self.reasoning: list[str] = []
+        self.call_ids: set[str] = set()
+
+    def add(self, item: dict[str, Any], kind: str, i: int) -> None:
+        self.message[X_ITEMS].append(item)
+        if kind == "message":
+            content = item.get("content")
+            if not isinstance(content, str | list):
+                raise _fail(i, "an assistant message without text or parts")
+            self.texts.append(parts_text(content))
+        elif kind == "reasoning":
+            # The summary (and, from open models, the reasoning text) is what a model reads
+            # back; the encrypted content is opaque and never counted nor touched.
+            texts = (parts_text(item.get("summary")), parts_text(item.get("content")))
+            self.reasoning.extend(text for text in texts if text)
+        call_id = item.get("call_id")
+        if call_id is None:
+            return
+        if not isinstance(call_id, str):
+            raise _fail(i, "a call_id that is not a string")
+        name = item.get("name")
+        function = {"name": name if isinstance(name, str) else kind, "arguments": _arguments(item)}
+        self.calls.append({"id": call_id, "type": "function", "function": function})
+        self.call_ids.add(call_id)
+
+    def done(self) -> dict[str, Any]:
+        message = self.message
+        if self.texts:
+            message["content"] = "\n".join(self.texts)
+        if self.reasoning:
+            message["reasoning_content"] = "\n".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = self.calls
+        return message
+
+
+def _client_message(item: dict[str, Any], i: int, leading: bool) -> dict[str, Any]:
+    role, content = item.get("role"), item.get("content")
+    if role not in CLIENT_ROLES:
+        raise _fail(i, f"a message with the unknown role {role!r}")
+    if not isinstance(content, str | list):
+        raise _fail(i, "a message whose content is neither text nor a list of parts")
+    if role == "user":
+        return {"role": "user", "content": _user_content(content), X_ITEMS: [item]}
+    return {"role": "system" if leading else role, "content": parts_text(content), X_ITEMS: [item]}
+
+
+def items_to_messages(items: Any) -> list[dict[str, Any]]:
+    """A request's `input` as neutral messages; UnrecognisedHistory when it cannot be."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items, X_ITEMS: [{"role": "user", "content": items}]}]
+    if not isinstance(items, list):
+        raise UnrecognisedHistory("input is neither text nor a list of items")
+    messages: list[dict[str, Any]] = []
+    groups: list[_Group] = []
+    group: _Group | None = None  # the assistant message being filled
+    open_calls: set[str] = set()  # calls the next outputs may answer
+    leading = True
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _fail(i, "an item that is not an object")
+        kind = _item_type(item, i)
+        role = item.get("role") if kind == "message" else None
+        if kind == "message" and role != "assistant":
+            leading = leading and role in SYSTEM_ROLES
+            messages.append(_client_message(item, i, leading))
+            group, open_calls = None, set()
+            continue
+        leading = False
+        link = _output_link(item, kind, i)
+        if link is not None:
+            if link not in open_calls:
+                raise _fail(i, f"an output for call {link!r}, which no call just before made")
+            content = output_content(item)
+            messages.append(
+                {"role": "tool", "tool_call_id": link, "content": content, X_ITEMS: [item]}
+            )
+            group = None
+            continue
+        if group is None:
+            group = _Group()
+            groups.append(group)
+            messages.append(group.message)
+            open_calls = group.call_ids
+        group.add(item, kind, i)
+    for done in groups:
+        done.done()
+    return messages
+
+
+def output_to_message(output: Any) -> dict[str, Any]:
+    """A response's `output` items as one assistant message (calls, text, reasoning)."""
+    if not isinstance(output, list):
+        raise UnrecognisedHistory("the response's output is not a list")
+    group = _Group()
+    for i, item in enumerate(output):
+        if not isinstance(item, dict):
+            raise _fail(i, "an output item that is not an object")
+        group.add(item, _item_type(item, i), i)
+    return group.done()
+
+
+# -- back to items ---------------------------------------------------------------------------
+
+
+def _function_call(call: dict[str, Any]) -> list[Any]:
+    """The items of a tool call the client never sent (the proxy's own extract calls)."""
+    originals = call.get(X_ITEMS)
+    if isinstance(originals, list):
+        return list(originals)  # the very items the model produced for it
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    arguments = fn.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
+    # No `id`: an id would tie the call to a reasoning item this request may not carry.
+    return [
+        {
+            "type": "function_call",
+            "call_id": str(call.get("id")),
+            "name": str(fn.get("name")),
+            "arguments": arguments,
+        }
+    ]
+
+
+def _tool_items(message: dict[str, Any], originals: Any) -> list[Any]:
+    content = message.get("content")
+    if not isinstance(originals, list):
+        output = content if isinstance(content, str) else content_text(content)
+        call_id = str(message.get("tool_call_id"))
+        return [{"type": "function_call_output", "call_id": call_id, "output": output}]
+    if len(originals) != 1 or not isinstance(originals[0], dict):
+        return list(originals)
+    original = originals[0]
+    kind = original.get("type")
+    if kind in FIXED_OUTPUTS or content is original.get("output"):
+        return [original]
+    if content == output_content(original):
+        return [original]
+    field = "result" if "output" not in original and "result" in original else "output"
+    if isinstance(original.get(field), str) or kind in TEXT_OUTPUTS:
+        new = content if isinstance(content, str | list) else content_text(content)
+        return [{**original, field: new}]
+    return [original]  # a structured output that text cannot stand in for
+
+
+def _input_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    if part.get("type") == "text":
+        return {"type": "input_text", "text": part.get("text")}
+    if part.get("type") == "image_url":
+        image = part.get("image_url")
+        image = image if isinstance(image, dict) else {"url": image}
+        return {"type": "input_image", "image_url": image.get("url"), **_detail(image)}
+    return part
+
+
+def _detail(image: dict[str, Any]) -> dict[str, Any]:
+    return {"detail": image["detail"]} if "detail" in image else {"detail": "auto"}
+
+
+def messages_to_items(messages: list[dict[str, Any]]) -> list[Any]:
+    """Neutral messages back as `input` items: originals verbatim, the proxy's own added."""
+    items: list[Any] = []
+    for message in messages:
+        role, originals = message.get("role"), message.get(X_ITEMS)
+        if role == "tool":
+            items.extend(_tool_items(message, originals))
+        elif role == "assistant":
+            known: set[Any] = set()
+            if isinstance(originals, list):
+                items.extend(originals)
+                known = {o.get("call_id") for o in originals if isinstance(o, dict)}
+            elif message.get("content"):
+                text = content_text(message["content"])
+                items.append({"type": "message", "role": "assistant", "content": text})
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict) and call.get("id") not in known:
+                    items.extend(_function_call(call))
+        elif isinstance(originals, list):
+            items.extend(originals)
+        elif role in CLIENT_ROLES:
+            content = message.get("content")
+            parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            items.append(
+                {"type": "message", "role": role, "content": [_input_part(p) for p in parts]}
+            )
+        else:
+            raise ValueError(f"a message with role {role!r} and no original items")
+    return items
+
+
+# -- the extract tool ------------------------------------------------------------------------
+
+_FUNCTION: dict[str, Any] = TOOL_DEFINITION["function"]
+
+# Responses function tools are strict unless told otherwise: the schema closes its object.
+EXTRACT_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": EXTRACT_TOOL_NAME,
+    "description": _FUNCTION["description"],
+    "parameters": {**_FUNCTION["parameters"], "additionalProperties": False},
+}
+
+
+def is_extract_tool(tool: Any) -> bool:
+    """A tool definition (flat Responses shape or nested chat shape) named like ours."""
+    if not isinstance(tool, dict):
+        return False
+    fn = tool.get("function")
+    nested = fn.get("name") if isinstance(fn, dict) else None
+    return EXTRACT_TOOL_NAME in (tool.get("name"), nested)
+
+
+def client_defines_tool(tools: Any) -> bool:
+    """True when the client has a tool of our name: then we neither inject nor answer."""
+    return isinstance(tools, list) and any(is_extract_tool(t) for t in tools)
+
+
+def inject_tool(tools: Any) -> list[Any]:
+    """The client's tools (of every type, unchanged) with ours appended last."""
+    base = list(tools) if isinstance(tools, list) else []
+    return [*base, EXTRACT_TOOL]
+
+
+def is_extract_item(item: Any) -> bool:
+    """A `function_call` output item calling our tool."""
+    return (
+        isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and item.get("name") == EXTRACT_TOOL_NAME
+    )
