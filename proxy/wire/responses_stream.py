@@ -1,0 +1,372 @@
+"""One client response out of several upstream Responses rounds, streamed or not.
+
+The proxy answers the model's `extract_compacted_tool_result` calls itself and asks upstream
+again, yet the client must see one response. `ResponsesRelay` is told each upstream event of
+each round and returns what to send: `response.created` / `in_progress` of the first round
+only; nothing of an extract call, nor of reasoning that led only to extract calls (a reasoning
+item must never reach a client without the item that follows it); output indexes consecutive
+across rounds; sequence numbers counted over everything sent; and each round's
+`response.completed` held back, so `final_events` sends one for all rounds, whose output is
+what the client saw and whose usage is the sum. `merge_responses` does the same for
+non-streamed rounds. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.sse import encode_data
+from proxy.wire.responses_items import is_extract_item, is_extract_tool
+
+FIRST_ROUND_ONLY = frozenset({"response.created", "response.in_progress", "response.queued"})
+TERMINAL = frozenset({"response.failed", "response.incomplete"})
+_SUMMED = ("input_tokens", "output_tokens", "total_tokens")
+_SUMMED_DETAILS = (
+    ("input_tokens_details", "cached_tokens"),
+    ("output_tokens_details", "reasoning_tokens"),
+)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
+    """Usage of several rounds as one: token counts added, the rest from the last round."""
+    found = [u for u in usages if isinstance(u, dict)]
+    if len(found) <= 1:
+        return found[0] if found else None
+    total = copy.deepcopy(found[-1])
+    for key in _SUMMED:
+        total[key] = sum(_int(u.get(key)) for u in found)
+    for parent, key in _SUMMED_DETAILS:
+        details: list[dict[str, Any]] = [
+            u[parent] for u in found if isinstance(u.get(parent), dict)
+        ]
+        if details:
+            merged: dict[str, Any] = dict(total.get(parent) or {})
+            merged[key] = sum(_int(d.get(key)) for d in details)
+            total[parent] = merged
+    return total
+
+
+def encode_event(name: str | None, data: Mapping[str, Any]) -> bytes:
+    """One SSE event as the Responses API writes them: `event:` then `data:`."""
+    name = name or data.get("type")
+    head = b"event: " + name.encode() + b"\n" if isinstance(name, str) and name else b""
+    return head + encode_data(orjson.dumps(data))
+
+
+def error_event(message: str, code: str | None, sequence_number: int = 0) -> bytes:
+    """A Responses-shaped stream error, for a stream that breaks."""
+    data = {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "sequence_number": sequence_number,
+    }
+    return encode_event("error", data)
+
+
+def _is_reasoning(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "reasoning"
+
+
+def _is_call(item: Any) -> bool:
+    """An item the client must act on (and answer with an output)."""
+    return isinstance(item, dict) and isinstance(item.get("call_id"), str)
+
+
+def hidden_indexes(output: list[Any], hide_extract: bool = True) -> set[int]:
+    """Positions of an output the client must not see: extract calls, and reasoning items
+    followed by an extract call and by no visible item of the round."""
+    hidden: set[int] = set()
+    held: list[int] = []  # reasoning items not yet followed by a visible item
+    doomed: set[int] = set()
+    for i, item in enumerate(output):
+        if hide_extract and is_extract_item(item):
+            hidden.add(i)
+            doomed.update(held)
+        elif _is_reasoning(item):
+            held.append(i)
+        else:
+            held = []
+    return hidden | (doomed & set(held))
+
+
+@dataclass
+class RoundResult:
+    """What one upstream round produced, for the pipeline to decide what follows."""
+
+    output: list[Any]  # every item, upstream order: the next request's input gets them
+    visible: list[Any]  # what the client saw of them
+    hidden: list[Any]  # extract calls and the reasoning that led to them
+    extract_calls: list[dict[str, Any]]
+    only_extract: bool  # extract calls and nothing the client must answer: ask again
+    usage: dict[str, Any] | None
+    status: str | None  # completed, incomplete, failed; None when the stream just ended
+    response: dict[str, Any] | None = None  # the round's final response object, as sent
+
+
+def _round_result(
+    output: list[Any], hidden: set[int], order: list[int], status: str | None, response: Any
+) -> RoundResult:
+    visible = [output[i] for i in order if i < len(output)]
+    hidden_items = [output[i] for i in sorted(hidden) if i < len(output)]
+    extract = [x for x in hidden_items if is_extract_item(x)]
+    response = response if isinstance(response, dict) else None
+    usage = response.get("usage") if response else None
+    return RoundResult(
+        output=[x for x in output if x is not None],
+        visible=visible,
+        hidden=hidden_items,
+        extract_calls=extract,
+        only_extract=status == "completed" and bool(extract) and not any(map(_is_call, visible)),
+        usage=usage if isinstance(usage, dict) else None,
+        status=status,
+        response=response,
+    )
+
+
+def round_of(response: dict[str, Any], hide_extract: bool = True) -> RoundResult:
+    """A non-streamed round's result."""
+    output = response.get("output")
+    output = output if isinstance(output, list) else []
+    hidden = hidden_indexes(output, hide_extract)
+    order = [i for i in range(len(output)) if i not in hidden]
+    status = response.get("status")
+    return _round_result(
+        output, hidden, order, status if isinstance(status, str) else None, response
+    )
+
+
+def client_view(
+    response: dict[str, Any], client_fields: Mapping[str, Any] | None, hide_extract: bool
+) -> dict[str, Any]:
+    """A response object as the client may see it: our tool out of `tools`, and the
+    client's own values (its `instructions`, say) put back where the proxy changed them."""
+    tools = response.get("tools")
+    if hide_extract and isinstance(tools, list) and any(map(is_extract_tool, tools)):
+        response = {**response, "tools": [t for t in tools if not is_extract_tool(t)]}
+    if client_fields:
+        response = {**response, **client_fields}
+    return response
+
+
+def merge_responses(
+    rounds: list[dict[str, Any]],
+    *,
+    hide_extract: bool = True,
+    client_fields: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The one non-streamed response the client sees for several upstream rounds."""
+    if not rounds:
+        raise ValueError("merge_responses needs at least one round")
+    merged = dict(rounds[-1])
+    for key in ("id", "created_at"):
+        if key in rounds[0]:
+            merged[key] = rounds[0][key]
+    results = [round_of(r, hide_extract) for r in rounds]
+    merged["output"] = [item for r in results for item in r.visible]
+    usage = usage_sum([r.usage for r in results])
+    if usage is not None:
+        merged["usage"] = usage
+    return client_view(merged, client_fields, hide_extract)
+
+
+_Event = tuple[str | None, dict[str, Any], bytes | None]
+
+
+@dataclass
+class _Round:
+    """What the relay tracks within one upstream round (indexes are the upstream's)."""
+
+    to_client: dict[int, int] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)  # visible indexes, in the client's order
+    items: dict[int, dict[str, Any]] = field(default_factory=dict)
+    hidden: set[int] = field(default_factory=set)
+    hidden_ids: set[str] = field(default_factory=set)
+    held: dict[int, list[_Event]] = field(default_factory=dict)  # reasoning not yet shown
+    doomed: set[int] = field(default_factory=set)  # held reasoning an extract call followed
+    result: RoundResult | None = None
+
+
+class ResponsesRelay:
+    """Splices the event streams of one client response's upstream rounds into one.
+
+    `feed` each parsed event of a round (its `event:` name, its data, its raw bytes) and send
+    what it returns; `end_round` when the round's stream ends; `final_events` once no round
+    follows. A round's held-back reasoning is shown when a visible item follows it or its
+    round completes; if the stream breaks first it is never shown.
+    """
+
+    def __init__(
+        self, *, hide_extract: bool = True, client_fields: Mapping[str, Any] | None = None
+    ) -> None:
+        self.hide_extract = hide_extract
+        self.client_fields = dict(client_fields or {})
+        self.sequence_number = 0  # of the next event sent
+        self.rounds = 0  # rounds ended so far
+        self.seen: list[Any] = []  # the items the client saw, across rounds
+        self.finished = False  # a terminal event (failed, incomplete, error) was sent
+        self._next_index = 0
+        self._usages: list[Any] = []
+        self._first: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None
+        self._round = _Round()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _emit(self, name: str | None, data: dict[str, Any], raw: bytes | None) -> bytes:
+        """`raw` is the upstream's bytes for `data` unchanged, or None when data is new."""
+        if "sequence_number" in data and data["sequence_number"] != self.sequence_number:
+            data, raw = {**data, "sequence_number": self.sequence_number}, None
+        self.sequence_number += 1
+        return raw if raw is not None else encode_event(name, data)
+
+    def _visible(
+        self, index: int, name: str | None, data: dict[str, Any], raw: bytes | None
+    ) -> bytes:
+        rnd = self._round
+        client = rnd.to_client.get(index)
+        if client is None:
+            client = rnd.to_client[index] = self._next_index
+            self._next_index += 1
+            rnd.order.append(index)
+        if data.get("output_index") != client:
+            data, raw = {**data, "output_index": client}, None
+        return self._emit(name, data, raw)
+
+    def _release(self) -> list[bytes]:
+        """Held reasoning goes out: a visible item follows it, or its round completed."""
+        held, self._round.held = self._round.held, {}
+        return [self._visible(i, *event) for i, events in held.items() for event in events]
+
+    # -- the events ------------------------------------------------------------------------
+
+    def feed(self, event_name: str | None, data: Any, raw: bytes | None = None) -> list[bytes]:
+        """The bytes to send the client now for one upstream event (often none)."""
+        if not isinstance(data, dict):
+            return [raw] if raw else []
+        kind = data.get("type") or event_name
+        if kind in FIRST_ROUND_ONLY:
+            if self.rounds > 0:
+                return []
+            response = data.get("response")
+            if isinstance(response, dict):
+                self._first = self._first or response
+                view = client_view(response, self.client_fields, self.hide_extract)
+                if view is not response:
+                    data, raw = {**data, "response": view}, None
+            return [self._emit(event_name, data, raw)]
+        if kind == "response.completed":
+            return self._close(data.get("response"), "completed")
+        if kind in TERMINAL:
+            status = "failed" if kind == "response.failed" else "incomplete"
+            out = self._close(data.get("response"), status)
+            self.finished = True
+            body = {**data, "response": self._client_response(data.get("response"))}
+            return [*out, self._emit(event_name, body, None)]
+        if kind == "error":
+            self.finished = True
+            return [self._emit(event_name, data, raw)]
+        index = data.get("output_index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            if data.get("item_id") in self._round.hidden_ids:
+                return []
+            return [self._emit(event_name, data, raw)]
+        return self._indexed(index, kind, event_name, data, raw)
+
+    def _indexed(
+        self, index: int, kind: Any, name: str | None, data: dict[str, Any], raw: bytes | None
+    ) -> list[bytes]:
+        rnd = self._round
+        item = data.get("item")
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            if isinstance(item, dict):
+                rnd.items[index] = item
+        if kind == "response.output_item.added" and index not in rnd.to_client:
+            if self.hide_extract and is_extract_item(item):
+                rnd.hidden.add(index)
+                if isinstance(item, dict) and isinstance(item.get("id"), str):
+                    rnd.hidden_ids.add(item["id"])
+                rnd.doomed.update(rnd.held)
+                return []
+            if _is_reasoning(item):
+                rnd.held.setdefault(index, []).append((name, data, raw))
+                return []
+            return [*self._release(), self._visible(index, name, data, raw)]
+        if index in rnd.hidden or data.get("item_id") in rnd.hidden_ids:
+            return []
+        if index in rnd.held:
+            rnd.held[index].append((name, data, raw))
+            return []
+        return [self._visible(index, name, data, raw)]
+
+    def _close(self, response: Any, status: str | None) -> list[bytes]:
+        """The round is over: settle its held reasoning and note what it produced."""
+        rnd = self._round
+        if rnd.result is not None:
+            return []
+        for index in [i for i in rnd.held if i in rnd.doomed]:
+            rnd.hidden.add(index)
+            del rnd.held[index]
+        out = self._release() if status is not None else []
+        response = response if isinstance(response, dict) else None
+        output = response.get("output") if response else None
+        seen = max(rnd.items, default=-1) + 1
+        if not isinstance(output, list) or len(output) != seen:
+            output = [rnd.items.get(i) for i in range(seen)]  # the stream's own items
+        rnd.result = _round_result(output, rnd.hidden, rnd.order, status, response)
+        self.seen.extend(x for x in rnd.result.visible if x is not None)
+        self._usages.append(rnd.result.usage)
+        if response is not None:
+            self._first = self._first or response
+            self._last = response
+        return out
+
+    def end_round(self) -> RoundResult:
+        """The round's stream ended: what it produced. The next `feed` starts a new round."""
+        self._close(None, None)
+        result = self._round.result
+        assert result is not None
+        self._round = _Round()
+        self.rounds += 1
+        return result
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _client_response(self, response: Any) -> dict[str, Any]:
+        base = response if isinstance(response, dict) else self._last or self._first or {}
+        merged = dict(base)
+        for key in ("id", "created_at"):
+            if self._first is not None and key in self._first:
+                merged[key] = self._first[key]
+        merged["output"] = [x for x in self.seen if x is not None]
+        usage = usage_sum(self._usages)
+        if usage is not None:
+            merged["usage"] = usage
+        return client_view(merged, self.client_fields, self.hide_extract)
+
+    def final_events(self) -> list[bytes]:
+        """The one `response.completed` for every round (nothing after a terminal event)."""
+        if self.finished:
+            return []
+        self.finished = True
+        response = self._client_response(None)
+        response["status"] = "completed"
+        data = {"type": "response.completed", "response": response, "sequence_number": 0}
+        return [self._emit("response.completed", data, None)]
+
+    def error_event(self, message: str, code: str | None = "upstream_stream_error") -> bytes:
+        """A stream error in sequence, ending the client's stream."""
+        self.finished = True
+        event = error_event(message, code, self.sequence_number)
+        self.sequence_number += 1
+        return event
