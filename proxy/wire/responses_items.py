@@ -29,7 +29,8 @@ KNOWN_OUTPUTS = frozenset(
 )
 # Outputs whose `output` may be text whatever it held: a placeholder may replace it.
 TEXT_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
-# Outputs that must keep their structured output (a screenshot): never replaced.
+# Outputs whose structured output (a screenshot) counts as an image; never replaced, since
+# text cannot stand in for it.
 FIXED_OUTPUTS = frozenset({"computer_call_output"})
 CLIENT_ROLES = frozenset({"user", "system", "developer"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -270,9 +271,7 @@ def _tool_items(message: dict[str, Any], originals: Any) -> list[Any]:
         return list(originals)
     original = originals[0]
     kind = original.get("type")
-    if kind in FIXED_OUTPUTS or content is original.get("output"):
-        return [original]
-    if content == output_content(original):
+    if content is original.get("output") or content == output_content(original):
         return [original]
     field = "result" if "output" not in original and "result" in original else "output"
     if isinstance(original.get(field), str) or kind in TEXT_OUTPUTS:

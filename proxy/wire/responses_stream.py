@@ -84,20 +84,18 @@ def _is_call(item: Any) -> bool:
 
 
 def hidden_indexes(output: list[Any], hide_extract: bool = True) -> set[int]:
-    """Positions of an output the client must not see: extract calls, and reasoning items
-    followed by an extract call and by no visible item of the round."""
+    """Positions of an output the client must not see: extract calls, and, in a round that
+    made one, reasoning items that no visible item follows (they led to the hidden calls)."""
     hidden: set[int] = set()
     held: list[int] = []  # reasoning items not yet followed by a visible item
-    doomed: set[int] = set()
     for i, item in enumerate(output):
         if hide_extract and is_extract_item(item):
             hidden.add(i)
-            doomed.update(held)
         elif _is_reasoning(item):
             held.append(i)
         else:
             held = []
-    return hidden | (doomed & set(held))
+    return hidden | set(held) if hidden else hidden
 
 
 @dataclass
@@ -193,7 +191,6 @@ class _Round:
     hidden: set[int] = field(default_factory=set)
     hidden_ids: set[str] = field(default_factory=set)
     held: dict[int, list[_Event]] = field(default_factory=dict)  # reasoning not yet shown
-    doomed: set[int] = field(default_factory=set)  # held reasoning an extract call followed
     result: RoundResult | None = None
 
 
@@ -202,8 +199,9 @@ class ResponsesRelay:
 
     `feed` each parsed event of a round (its `event:` name, its data, its raw bytes) and send
     what it returns; `end_round` when the round's stream ends; `final_events` once no round
-    follows. A round's held-back reasoning is shown when a visible item follows it or its
-    round completes; if the stream breaks first it is never shown.
+    follows. Reasoning is held back until a visible item follows it (then it is shown first)
+    or its round completes (then it is shown unless the round made extract calls); if the
+    stream breaks first it is never shown.
     """
 
     def __init__(
@@ -296,7 +294,6 @@ class ResponsesRelay:
                 rnd.hidden.add(index)
                 if isinstance(item, dict) and isinstance(item.get("id"), str):
                     rnd.hidden_ids.add(item["id"])
-                rnd.doomed.update(rnd.held)
                 return []
             if _is_reasoning(item):
                 rnd.held.setdefault(index, []).append((name, data, raw))
@@ -314,14 +311,19 @@ class ResponsesRelay:
         rnd = self._round
         if rnd.result is not None:
             return []
-        for index in [i for i in rnd.held if i in rnd.doomed]:
-            rnd.hidden.add(index)
-            del rnd.held[index]
+        if rnd.hidden:  # the round made extract calls: reasoning no item followed led to them
+            rnd.hidden.update(rnd.held)
+            rnd.held = {}
         out = self._release() if status is not None else []
         response = response if isinstance(response, dict) else None
         output = response.get("output") if response else None
         seen = max(rnd.items, default=-1) + 1
-        if not isinstance(output, list) or len(output) != seen:
+        if isinstance(output, list) and output and not rnd.items:
+            # No item was streamed: the final response alone carries the round's output.
+            rnd.hidden = hidden_indexes(output, self.hide_extract)
+            rnd.order = [i for i in range(len(output)) if i not in rnd.hidden]
+            self._next_index += len(rnd.order)
+        elif not isinstance(output, list) or len(output) != seen:
             output = [rnd.items.get(i) for i in range(seen)]  # the stream's own items
         rnd.result = _round_result(output, rnd.hidden, rnd.order, status, response)
         self.seen.extend(x for x in rnd.result.visible if x is not None)

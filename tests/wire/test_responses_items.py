@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from proxy.compact import placeholder_for
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
 from proxy.session import UnrecognisedHistory, rebuild, validate
 from proxy.session_state import HiddenExtract, SessionState
+from proxy.wire import responses_items, responses_stream
 from proxy.wire.responses_items import (
     EXTRACT_TOOL,
     X_ITEMS,
@@ -26,6 +28,7 @@ from proxy.wire.responses_items import (
     messages_to_items,
     output_to_message,
 )
+from tests.core.test_purity import FORBIDDEN, imported_roots
 
 
 def bare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -697,3 +700,10 @@ def test_reclaiming_every_result_changes_only_outputs(items: list[dict[str, Any]
         assert new["output"].startswith("[Compacted, ID: k")
     reasoning = [i for i in back if i.get("type") == "reasoning"]
     assert reasoning == [i for i in items if i.get("type") == "reasoning"]
+
+
+@pytest.mark.parametrize("module", [responses_items, responses_stream])
+def test_the_adapter_is_pure_and_small(module: Any) -> None:
+    path = Path(module.__file__)
+    assert imported_roots(path) & FORBIDDEN == set()
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 400
