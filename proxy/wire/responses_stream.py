@@ -1,19 +1,17 @@
-"""One client response out of several upstream Responses rounds, streamed or not.
+"""A Responses API stream spanning several upstream rounds, relayed as one response.
 
 The proxy answers the model's `extract_compacted_tool_result` calls itself and asks upstream
 again, yet the client must see one response. `ResponsesRelay` is told each upstream event of
 each round and returns what to send: `response.created` / `in_progress` of the first round
-only; nothing of an extract call, nor of reasoning that led only to extract calls (a reasoning
-item must never reach a client without the item that follows it); output indexes consecutive
-across rounds; sequence numbers counted over everything sent; and each round's
-`response.completed` held back, so `final_events` sends one for all rounds, whose output is
-what the client saw and whose usage is the sum. `merge_responses` does the same for
-non-streamed rounds. Pure: no I/O.
+only; nothing of an extract call, nor of reasoning that led only to extract calls (the rules
+of `proxy.wire.responses_rounds`); output indexes consecutive across rounds; sequence numbers
+counted over everything sent; and each round's `response.completed` held back, so
+`final_events` sends one for all rounds, whose output is what the client saw and whose usage
+is the sum. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,38 +19,34 @@ from typing import Any
 import orjson
 
 from proxy.sse import encode_data
-from proxy.wire.responses_items import is_extract_item, is_extract_tool
+from proxy.wire.base import Round
+from proxy.wire.responses_items import is_extract_item
+from proxy.wire.responses_rounds import (
+    RoundResult,
+    client_view,
+    hidden_indexes,
+    merge_responses,
+    round_of,
+    round_result,
+    to_round,
+    usage_of,
+    usage_sum,
+)
+
+__all__ = [
+    "ResponsesRelay",
+    "RoundResult",
+    "encode_event",
+    "error_event",
+    "merge_responses",
+    "round_of",
+    "to_round",
+    "usage_of",
+    "usage_sum",
+]
 
 FIRST_ROUND_ONLY = frozenset({"response.created", "response.in_progress", "response.queued"})
 TERMINAL = frozenset({"response.failed", "response.incomplete"})
-_SUMMED = ("input_tokens", "output_tokens", "total_tokens")
-_SUMMED_DETAILS = (
-    ("input_tokens_details", "cached_tokens"),
-    ("output_tokens_details", "reasoning_tokens"),
-)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
-    """Usage of several rounds as one: token counts added, the rest from the last round."""
-    found = [u for u in usages if isinstance(u, dict)]
-    if len(found) <= 1:
-        return found[0] if found else None
-    total = copy.deepcopy(found[-1])
-    for key in _SUMMED:
-        total[key] = sum(_int(u.get(key)) for u in found)
-    for parent, key in _SUMMED_DETAILS:
-        details: list[dict[str, Any]] = [
-            u[parent] for u in found if isinstance(u.get(parent), dict)
-        ]
-        if details:
-            merged: dict[str, Any] = dict(total.get(parent) or {})
-            merged[key] = sum(_int(d.get(key)) for d in details)
-            total[parent] = merged
-    return total
 
 
 def encode_event(name: str | None, data: Mapping[str, Any]) -> bytes:
@@ -76,106 +70,6 @@ def error_event(message: str, code: str | None, sequence_number: int = 0) -> byt
 
 def _is_reasoning(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") == "reasoning"
-
-
-def _is_call(item: Any) -> bool:
-    """An item the client must act on (and answer with an output)."""
-    return isinstance(item, dict) and isinstance(item.get("call_id"), str)
-
-
-def hidden_indexes(output: list[Any], hide_extract: bool = True) -> set[int]:
-    """Positions of an output the client must not see: extract calls, and, in a round that
-    made one, reasoning items that no visible item follows (they led to the hidden calls)."""
-    hidden: set[int] = set()
-    held: list[int] = []  # reasoning items not yet followed by a visible item
-    for i, item in enumerate(output):
-        if hide_extract and is_extract_item(item):
-            hidden.add(i)
-        elif _is_reasoning(item):
-            held.append(i)
-        else:
-            held = []
-    return hidden | set(held) if hidden else hidden
-
-
-@dataclass
-class RoundResult:
-    """What one upstream round produced, for the pipeline to decide what follows."""
-
-    output: list[Any]  # every item, upstream order: the next request's input gets them
-    visible: list[Any]  # what the client saw of them
-    hidden: list[Any]  # extract calls and the reasoning that led to them
-    extract_calls: list[dict[str, Any]]
-    only_extract: bool  # extract calls and nothing the client must answer: ask again
-    usage: dict[str, Any] | None
-    status: str | None  # completed, incomplete, failed; None when the stream just ended
-    response: dict[str, Any] | None = None  # the round's final response object, as sent
-
-
-def _round_result(
-    output: list[Any], hidden: set[int], order: list[int], status: str | None, response: Any
-) -> RoundResult:
-    visible = [output[i] for i in order if i < len(output)]
-    hidden_items = [output[i] for i in sorted(hidden) if i < len(output)]
-    extract = [x for x in hidden_items if is_extract_item(x)]
-    response = response if isinstance(response, dict) else None
-    usage = response.get("usage") if response else None
-    return RoundResult(
-        output=[x for x in output if x is not None],
-        visible=visible,
-        hidden=hidden_items,
-        extract_calls=extract,
-        only_extract=status == "completed" and bool(extract) and not any(map(_is_call, visible)),
-        usage=usage if isinstance(usage, dict) else None,
-        status=status,
-        response=response,
-    )
-
-
-def round_of(response: dict[str, Any], hide_extract: bool = True) -> RoundResult:
-    """A non-streamed round's result."""
-    output = response.get("output")
-    output = output if isinstance(output, list) else []
-    hidden = hidden_indexes(output, hide_extract)
-    order = [i for i in range(len(output)) if i not in hidden]
-    status = response.get("status")
-    return _round_result(
-        output, hidden, order, status if isinstance(status, str) else None, response
-    )
-
-
-def client_view(
-    response: dict[str, Any], client_fields: Mapping[str, Any] | None, hide_extract: bool
-) -> dict[str, Any]:
-    """A response object as the client may see it: our tool out of `tools`, and the
-    client's own values (its `instructions`, say) put back where the proxy changed them."""
-    tools = response.get("tools")
-    if hide_extract and isinstance(tools, list) and any(map(is_extract_tool, tools)):
-        response = {**response, "tools": [t for t in tools if not is_extract_tool(t)]}
-    if client_fields:
-        response = {**response, **client_fields}
-    return response
-
-
-def merge_responses(
-    rounds: list[dict[str, Any]],
-    *,
-    hide_extract: bool = True,
-    client_fields: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The one non-streamed response the client sees for several upstream rounds."""
-    if not rounds:
-        raise ValueError("merge_responses needs at least one round")
-    merged = dict(rounds[-1])
-    for key in ("id", "created_at"):
-        if key in rounds[0]:
-            merged[key] = rounds[0][key]
-    results = [round_of(r, hide_extract) for r in rounds]
-    merged["output"] = [item for r in results for item in r.visible]
-    usage = usage_sum([r.usage for r in results])
-    if usage is not None:
-        merged["usage"] = usage
-    return client_view(merged, client_fields, hide_extract)
 
 
 _Event = tuple[str | None, dict[str, Any], bytes | None]
@@ -248,11 +142,20 @@ class ResponsesRelay:
 
     # -- the events ------------------------------------------------------------------------
 
-    def feed(self, event_name: str | None, data: Any, raw: bytes | None = None) -> list[bytes]:
-        """The bytes to send the client now for one upstream event (often none)."""
+    def feed(self, event: str | None, data: Any, raw: bytes | None = None) -> list[bytes]:
+        """The bytes to send the client now for one upstream event (often none).
+
+        `data` is the event's data as parsed JSON, or its text (an `SSEEvent.data`)."""
+        if isinstance(data, str):
+            if data.strip() == "[DONE]":
+                return []  # not a Responses event; the client's stream ends once, at the end
+            try:
+                data = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return [raw] if raw else []  # not ours to judge
         if not isinstance(data, dict):
-            return [raw] if raw else []
-        kind = data.get("type") or event_name
+            return [raw] if raw else []  # comments and keep-alives (data None) pass
+        kind = data.get("type") or event
         if kind in FIRST_ROUND_ONLY:
             if self.rounds > 0:
                 return []
@@ -262,7 +165,7 @@ class ResponsesRelay:
                 view = client_view(response, self.client_fields, self.hide_extract)
                 if view is not response:
                     data, raw = {**data, "response": view}, None
-            return [self._emit(event_name, data, raw)]
+            return [self._emit(event, data, raw)]
         if kind == "response.completed":
             return self._close(data.get("response"), "completed")
         if kind in TERMINAL:
@@ -270,16 +173,16 @@ class ResponsesRelay:
             out = self._close(data.get("response"), status)
             self.finished = True
             body = {**data, "response": self._client_response(data.get("response"))}
-            return [*out, self._emit(event_name, body, None)]
+            return [*out, self._emit(event, body, None)]
         if kind == "error":
             self.finished = True
-            return [self._emit(event_name, data, raw)]
+            return [self._emit(event, data, raw)]
         index = data.get("output_index")
         if not isinstance(index, int) or isinstance(index, bool):
             if data.get("item_id") in self._round.hidden_ids:
                 return []
-            return [self._emit(event_name, data, raw)]
-        return self._indexed(index, kind, event_name, data, raw)
+            return [self._emit(event, data, raw)]
+        return self._indexed(index, kind, event, data, raw)
 
     def _indexed(
         self, index: int, kind: Any, name: str | None, data: dict[str, Any], raw: bytes | None
@@ -325,7 +228,7 @@ class ResponsesRelay:
             self._next_index += len(rnd.order)
         elif not isinstance(output, list) or len(output) != seen:
             output = [rnd.items.get(i) for i in range(seen)]  # the stream's own items
-        rnd.result = _round_result(output, rnd.hidden, rnd.order, status, response)
+        rnd.result = round_result(output, rnd.hidden, rnd.order, status, response)
         self.seen.extend(x for x in rnd.result.visible if x is not None)
         self._usages.append(rnd.result.usage)
         if response is not None:
@@ -333,14 +236,15 @@ class ResponsesRelay:
             self._last = response
         return out
 
-    def end_round(self) -> RoundResult:
-        """The round's stream ended: what it produced. The next `feed` starts a new round."""
+    def end_round(self) -> Round:
+        """The round's stream ended: what it produced (its `RoundResult` as `raw`). The next
+        `feed` starts a new round."""
         self._close(None, None)
         result = self._round.result
         assert result is not None
         self._round = _Round()
         self.rounds += 1
-        return result
+        return to_round(result)
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -356,6 +260,11 @@ class ResponsesRelay:
             merged["usage"] = usage
         return client_view(merged, self.client_fields, self.hide_extract)
 
+    def finish(self, *, hidden_last: bool = False) -> list[bytes]:
+        """The closing events: the one `response.completed` (its output is only what the
+        client saw, so a last round of hidden calls needs nothing more)."""
+        return self.final_events()
+
     def final_events(self) -> list[bytes]:
         """The one `response.completed` for every round (nothing after a terminal event)."""
         if self.finished:
@@ -365,6 +274,20 @@ class ResponsesRelay:
         response["status"] = "completed"
         data = {"type": "response.completed", "response": response, "sequence_number": 0}
         return [self._emit("response.completed", data, None)]
+
+    def error(self, body: Any, detail: str | None = None) -> bytes:
+        """An error event ending the stream: the upstream's own error when its body (a
+        refused continuation round) has one, else the stream broke (`detail` says how)."""
+        try:
+            data = orjson.loads(bytes(body)) if isinstance(body, bytes | memoryview) else body
+        except orjson.JSONDecodeError:
+            data = None
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            code = error.get("code")
+            return self.error_event(error["message"], code if isinstance(code, str) else None)
+        message = "The upstream connection failed during the stream"
+        return self.error_event(f"{message} ({detail})" if detail else message)
 
     def error_event(self, message: str, code: str | None = "upstream_stream_error") -> bytes:
         """A stream error in sequence, ending the client's stream."""

@@ -7,22 +7,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
 from proxy.sse import SSEDecoder
-from proxy.wire.responses_items import EXTRACT_TOOL
-from proxy.wire.responses_stream import (
-    ResponsesRelay,
-    encode_event,
-    error_event,
+from proxy.wire.base import Usage
+from proxy.wire.responses_items import EXTRACT_TOOL, X_ITEMS, messages_to_items, output_to_message
+from proxy.wire.responses_rounds import (
+    RoundResult,
     hidden_indexes,
     merge_responses,
     round_of,
+    to_round,
+    usage_of,
     usage_sum,
 )
+from proxy.wire.responses_stream import ResponsesRelay, encode_event, error_event
 
 Event = tuple[str, dict[str, Any], bytes]
 CLIENT_TOOLS = [{"type": "function", "name": "exec_command", "parameters": {}}]
@@ -142,6 +145,17 @@ def round_events(
     return [(e["type"], e, encode_event(e["type"], e)) for e in numbered]
 
 
+def close_round(relay: ResponsesRelay) -> RoundResult:
+    """End a round; the pipeline's view of it agrees with the relay's own result."""
+    rnd = relay.end_round()
+    result = rnd.raw
+    assert isinstance(result, RoundResult)
+    assert rnd.only_extract == result.only_extract
+    assert rnd.usage == usage_of(result.usage)
+    assert rnd.message == output_to_message(result.output)
+    return result
+
+
 def run(relay: ResponsesRelay, events: list[Event]) -> list[bytes]:
     return [chunk for name, data, raw in events for chunk in relay.feed(name, data, raw)]
 
@@ -182,7 +196,7 @@ def test_one_round_goes_through_byte_for_byte_until_completed() -> None:
     relay = ResponsesRelay()
     sent = run(relay, events)
     assert sent == [raw for _, _, raw in events[:-1]]  # nothing rewritten, completed held
-    result = relay.end_round()
+    result = close_round(relay)
     assert (result.status, result.only_extract, result.visible) == (
         "completed",
         False,
@@ -200,13 +214,13 @@ def test_one_round_goes_through_byte_for_byte_until_completed() -> None:
 def test_an_extract_round_then_the_answer_reach_the_client_as_one_response() -> None:
     relay = ResponsesRelay(client_fields={"instructions": "rules"})
     first = run(relay, round_events("resp_a", [rs(1, "hidden"), extract(2)], usage(100, 10, 80, 7)))
-    one = relay.end_round()
+    one = close_round(relay)
     assert one.only_extract and one.status == "completed"
     assert one.hidden == [rs(1, "hidden"), extract(2)] and one.extract_calls == [extract(2)]
     assert one.output == [rs(1, "hidden"), extract(2)] and one.visible == []
     assert one.usage == usage(100, 10, 80, 7)
     second = run(relay, round_events("resp_b", [rs(3), call(4)], usage(150, 20, 100, 3)))
-    two = relay.end_round()
+    two = close_round(relay)
     assert not two.only_extract and two.visible == [rs(3), call(4)]
     sent = [*first, *second, *relay.final_events()]
     wire = b"".join(sent)
@@ -252,7 +266,7 @@ def test_what_a_round_shows(output: list[Any], visible: list[int], only_extract:
     assert hidden_indexes(output) == set(range(len(output))) - set(visible)
     relay = ResponsesRelay()
     sent = run(relay, round_events("resp_1", output, usage(5, 5)))
-    result = relay.end_round()
+    result = close_round(relay)
     events = parse([*sent, *relay.final_events()])
     assert items_seen(events) == expected == events[-1]["response"]["output"]
     assert (result.visible, result.hidden, result.only_extract) == (expected, hidden, only_extract)
@@ -270,7 +284,7 @@ def test_without_hiding_every_item_is_shown() -> None:
     output = [rs(1), extract(2)]
     relay = ResponsesRelay(hide_extract=False)
     sent = run(relay, round_events("resp_1", output))
-    result = relay.end_round()
+    result = close_round(relay)
     events = parse([*sent, *relay.final_events()])
     assert items_seen(events) == output and not result.only_extract
     assert events[-1]["response"]["tools"] == [*CLIENT_TOOLS, EXTRACT_TOOL]
@@ -281,10 +295,10 @@ def test_without_hiding_every_item_is_shown() -> None:
 def test_a_failed_or_incomplete_round_ends_the_response(end: str) -> None:
     relay = ResponsesRelay()
     first = run(relay, round_events("resp_a", [extract(1)], usage(10, 1)))
-    assert relay.end_round().only_extract
+    assert close_round(relay).only_extract
     second = run(relay, round_events("resp_b", [msg(2)], usage(20, 2), end=end))
     assert relay.finished and relay.final_events() == []
-    result = relay.end_round()
+    result = close_round(relay)
     assert result.status == end.removeprefix("response.") and not result.only_extract
     events = parse([*first, *second])
     last = events[-1]
@@ -298,7 +312,7 @@ def test_a_failed_or_incomplete_round_ends_the_response(end: str) -> None:
 def test_an_error_event_passes_in_sequence_and_ends_the_response() -> None:
     relay = ResponsesRelay()
     sent = run(relay, round_events("resp_a", [extract(1)], usage(1, 1)))
-    relay.end_round()
+    close_round(relay)
     events = round_events("resp_b", [msg(1)], end=None)[:3]
     sent += run(relay, events)
     err = {"type": "error", "code": "server_error", "message": "boom", "param": None}
@@ -311,7 +325,7 @@ def test_an_error_event_passes_in_sequence_and_ends_the_response() -> None:
 def test_a_broken_round_shows_nothing_it_held_and_ends_with_an_error() -> None:
     relay = ResponsesRelay()
     sent = run(relay, round_events("resp_a", [rs(1), msg(2)], end=None)[:6])  # inside rs_1
-    result = relay.end_round()
+    result = close_round(relay)
     assert result.status is None and not result.only_extract and result.visible == []
     assert result.output == [{**rs(1), "status": "in_progress"}]
     sent.append(relay.error_event("The upstream stream broke", "upstream_stream_error"))
@@ -325,10 +339,10 @@ def test_later_rounds_lose_their_created_and_queued_events() -> None:
     queued = {"type": "response.queued", "response": response("resp_a", []), "sequence_number": 0}
     first = relay.feed("response.queued", queued, encode_event(None, queued))
     first += run(relay, round_events("resp_a", [extract(1)])[0:])
-    relay.end_round()
+    close_round(relay)
     assert relay.feed("response.queued", queued, b"") == []
     second = run(relay, round_events("resp_b", [msg(2)]))
-    relay.end_round()
+    close_round(relay)
     types = [e["type"] for e in parse([*first, *second, *relay.final_events()])]
     assert types.count("response.queued") == 1
     assert types[:3] == ["response.queued", "response.created", "response.in_progress"]
@@ -416,7 +430,7 @@ def test_streamed_rounds_match_the_merged_response(kinds: list[list[str]], hide:
     results = []
     for i, (output, use) in enumerate(zip(outputs, uses, strict=True)):
         sent += run(relay, round_events(f"resp_{i}", output, use))
-        results.append(relay.end_round())
+        results.append(close_round(relay))
     sent += relay.final_events()
     events = parse(sent)
     final = events[-1]["response"]
@@ -442,15 +456,114 @@ def test_a_round_that_streams_no_items_is_told_by_its_completed_response() -> No
     events = round_events("resp_a", [rs(1), extract(2)], usage(1, 1))
     done = events[-1][1]
     sent = run(relay, [events[0], events[1], events[-1]])
-    assert relay.end_round().only_extract
+    assert close_round(relay).only_extract
     sent += run(
         relay,
         [(n, d, r) for n, d, r in round_events("resp_b", [msg(3)]) if n == "response.completed"],
     )
-    relay.end_round()
+    close_round(relay)
     sent += run(relay, round_events("resp_c", [call(4)]))
-    relay.end_round()
+    close_round(relay)
     events = parse([*sent, *relay.final_events()], first_index=1)  # call_4's place in the output
     assert done["response"]["output"] == [rs(1), extract(2)]
     assert events[-1]["response"]["output"] == [msg(3), call(4)]
     assert items_seen(events) == [call(4)]
+
+
+# -- what the pipeline relies on ----------------------------------------------------------------
+
+
+def test_the_pipeline_continues_with_the_rounds_items_and_the_proxys_answers() -> None:
+    relay = ResponsesRelay()
+    output = [rs(1), extract(2)]
+    run(relay, round_events("resp_a", output, usage(100, 10, 80)))
+    rnd = relay.end_round()
+    assert rnd.usage == Usage(total=110, prompt=100, cached=80, output=10)
+    own, calls = split_calls(rnd.message.get("tool_calls"))
+    assert own == [] and [c["id"] for c in calls] == ["call_2"]
+    answer = {"role": "tool", "tool_call_id": "call_2", "content": "the original"}
+    assert messages_to_items([rnd.message, answer]) == [
+        *output,
+        {"type": "function_call_output", "call_id": "call_2", "output": "the original"},
+    ]
+
+
+def test_events_as_text_comments_and_a_stray_done() -> None:
+    relay, twin = ResponsesRelay(), ResponsesRelay()
+    for name, data, raw in round_events("resp_a", [msg(1)])[:3]:
+        assert relay.feed(name, orjson.dumps(data).decode(), raw) == twin.feed(name, data, raw)
+    assert relay.feed(None, None, b": keep-alive\n\n") == [b": keep-alive\n\n"]
+    assert relay.feed(None, "[DONE]", b"data: [DONE]\n\n") == []
+    assert relay.feed(None, "{oops", b"data: {oops\n\n") == [b"data: {oops\n\n"]
+    assert relay.sequence_number == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "detail", "message", "code"),
+    [
+        (
+            b'{"error": {"message": "Rate limit", "code": "rate_limit_exceeded"}}',
+            None,
+            "Rate limit",
+            "rate_limit_exceeded",
+        ),
+        ({"error": {"message": "Bad", "code": None}}, None, "Bad", None),
+        (
+            b"<html>502</html>",
+            None,
+            "The upstream connection failed during the stream",
+            "upstream_stream_error",
+        ),
+        (
+            None,
+            "ReadTimeout",
+            "The upstream connection failed during the stream (ReadTimeout)",
+            "upstream_stream_error",
+        ),
+    ],
+)
+def test_relay_error_events(body: Any, detail: str | None, message: str, code: str | None) -> None:
+    relay = ResponsesRelay()
+    sent = run(relay, round_events("resp_a", [msg(1)], end=None))
+    sent.append(relay.error(body, detail))
+    event = parse(sent)[-1]
+    assert event == {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "sequence_number": len(sent) - 1,
+    }
+    assert relay.finish(hidden_last=False) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, None),
+        ("x", None),
+        (usage(10, 5, 3), Usage(total=15, prompt=10, cached=3, output=5)),
+        ({"input_tokens": 7, "output_tokens": 2}, Usage(total=9, prompt=7, cached=None, output=2)),
+        ({"input_tokens": -1, "total_tokens": True}, Usage()),
+    ],
+)
+def test_usage_of(raw: Any, expected: Usage | None) -> None:
+    assert usage_of(raw) == expected
+
+
+def test_a_round_with_a_malformed_call_still_reads_as_a_round() -> None:
+    bad = {"type": "function_call", "call_id": 5, "name": "f"}
+    result = round_of(response("r", [msg(1), bad, "junk"]))
+    rnd = to_round(result)
+    assert rnd.message == {"role": "assistant", "content": None, X_ITEMS: [msg(1), bad]}
+    assert not rnd.only_extract and rnd.raw is result
+
+
+def test_finish_sends_the_one_completed() -> None:
+    relay = ResponsesRelay()
+    sent = run(relay, round_events("resp_a", [extract(1)], usage(3, 1)))
+    close_round(relay)
+    sent += relay.finish(hidden_last=True)  # out of extract rounds: the client saw nothing
+    final = parse(sent)[-1]
+    assert final["type"] == "response.completed"
+    assert final["response"]["output"] == [] and final["response"]["status"] == "completed"
