@@ -83,7 +83,7 @@ def parts_text(content: Any) -> str:
     return "\n".join(texts)
 
 
-def _user_content(content: str | list[Any]) -> str | list[Any]:
+def user_content(content: str | list[Any]) -> str | list[Any]:
     """A user item's content as chat content: text and image parts in the chat shape."""
     if isinstance(content, str):
         return content
@@ -178,7 +178,7 @@ def _client_message(item: dict[str, Any], i: int, leading: bool) -> dict[str, An
     if not isinstance(content, str | list):
         raise _fail(i, "a message whose content is neither text nor a list of parts")
     if role == "user":
-        return {"role": "user", "content": _user_content(content), X_ITEMS: [item]}
+        return {"role": "user", "content": user_content(content), X_ITEMS: [item]}
     return {"role": "system" if leading else role, "content": parts_text(content), X_ITEMS: [item]}
 
 

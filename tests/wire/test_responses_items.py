@@ -17,7 +17,7 @@ from proxy.compact import placeholder_for
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
 from proxy.session import UnrecognisedHistory, rebuild, validate
 from proxy.session_state import HiddenExtract, SessionState
-from proxy.wire import responses_items, responses_rounds, responses_stream
+from proxy.wire import responses_items, responses_requests, responses_rounds, responses_stream
 from proxy.wire.responses_items import (
     EXTRACT_TOOL,
     X_ITEMS,
@@ -702,7 +702,9 @@ def test_reclaiming_every_result_changes_only_outputs(items: list[dict[str, Any]
     assert reasoning == [i for i in items if i.get("type") == "reasoning"]
 
 
-@pytest.mark.parametrize("module", [responses_items, responses_rounds, responses_stream])
+@pytest.mark.parametrize(
+    "module", [responses_items, responses_requests, responses_rounds, responses_stream]
+)
 def test_the_adapter_is_pure_and_small(module: Any) -> None:
     path = Path(module.__file__)
     assert imported_roots(path) & FORBIDDEN == set()
