@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
+from proxy.extract_tool import is_extract_call as is_extract_call  # of a neutral tool_call
 from proxy.session import UnrecognisedHistory
 
 X_ITEMS = "x_items"

@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 
 from proxy.sse import encode_data
-from proxy.wire.base import Round
 from proxy.wire.responses_items import is_extract_item
 from proxy.wire.responses_rounds import (
     RoundResult,
@@ -236,15 +235,15 @@ class ResponsesRelay:
             self._last = response
         return out
 
-    def end_round(self) -> Round:
-        """The round's stream ended: what it produced (its `RoundResult` as `raw`). The next
-        `feed` starts a new round."""
+    def end_round(self) -> RoundResult:
+        """The round's stream ended: what it produced (`to_round` reads it as the pipeline's
+        `Round`). The next `feed` starts a new round."""
         self._close(None, None)
         result = self._round.result
         assert result is not None
         self._round = _Round()
         self.rounds += 1
-        return to_round(result)
+        return result
 
     # -- the end ---------------------------------------------------------------------------
 

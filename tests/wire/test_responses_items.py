@@ -709,3 +709,9 @@ def test_the_adapter_is_pure_and_small(module: Any) -> None:
     path = Path(module.__file__)
     assert imported_roots(path) & FORBIDDEN == set()
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 400
+
+
+def test_extract_calls_are_found_among_a_rounds_tool_calls() -> None:
+    message = output_to_message([fc("c1"), fc("x1", EXTRACT_TOOL_NAME, "{}")])
+    found = [c["id"] for c in message["tool_calls"] if responses_items.is_extract_call(c)]
+    assert found == ["x1"]

@@ -147,9 +147,9 @@ def round_events(
 
 def close_round(relay: ResponsesRelay) -> RoundResult:
     """End a round; the pipeline's view of it agrees with the relay's own result."""
-    rnd = relay.end_round()
-    result = rnd.raw
-    assert isinstance(result, RoundResult)
+    result = relay.end_round()
+    rnd = to_round(result)
+    assert rnd.raw is result
     assert rnd.only_extract == result.only_extract
     assert rnd.usage == usage_of(result.usage)
     assert rnd.message == output_to_message(result.output)
@@ -477,7 +477,7 @@ def test_the_pipeline_continues_with_the_rounds_items_and_the_proxys_answers() -
     relay = ResponsesRelay()
     output = [rs(1), extract(2)]
     run(relay, round_events("resp_a", output, usage(100, 10, 80)))
-    rnd = relay.end_round()
+    rnd = to_round(relay.end_round())
     assert rnd.usage == Usage(total=110, prompt=100, cached=80, output=10)
     own, calls = split_calls(rnd.message.get("tool_calls"))
     assert own == [] and [c["id"] for c in calls] == ["call_2"]
