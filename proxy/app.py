@@ -33,6 +33,7 @@ from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import forward, forward_endpoint
+from proxy.routes.responses import responses
 from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
@@ -161,6 +162,7 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *admin_web_routes(),
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {

@@ -63,6 +63,7 @@ class Pipeline:
         self.headers["content-type"] = "application/json"
         key = SessionKey(tenant=tenant_of(request.headers.get("authorization")), session=session_id)
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire)
+        self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
         self.upstream_ms = 0.0
         self.extract_calls = 0
         self.upstream_headers: list[tuple[str, str]] = []
@@ -93,7 +94,7 @@ class Pipeline:
         started = time.perf_counter()
         try:
             status, data, _ = await self.upstream.post_json(
-                self.wire.path, self.wire.summary_body(chat_body), self.headers
+                self.wire.path, self.wire.summary_body(self.client_body, chat_body), self.headers
             )
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
@@ -259,7 +260,7 @@ class Pipeline:
                     continue
                 self.hide(rnd, extract, results)
             break
-        reply = self.wire.client_reply(rounds, injected=self.turn.injected)
+        reply = self.wire.client_reply(self.client_body, rounds, injected=self.turn.injected)
         await self.finish(rounds[-1].usage)
         return Response(
             orjson.dumps(reply), media_type="application/json", headers=self.response_headers()

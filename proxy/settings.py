@@ -78,6 +78,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_retries", "auto_compact.max_retries", "XUN_MAX_RETRIES"),
     Option("compactor", "auto_compact.compactor", "XUN_COMPACTOR"),
     Option("max_extract_rounds", "auto_compact.max_extract_rounds", "XUN_MAX_EXTRACT_ROUNDS"),
+    Option("extract_tool", "auto_compact.extract_tool", "XUN_EXTRACT_TOOL"),
     Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
@@ -167,6 +168,9 @@ class Settings(BaseSettings):
     max_retries: int = Field(default=2, ge=0)
     compactor: str | None = None
     max_extract_rounds: int = Field(default=4, ge=0)
+    # When the extract tool joins a session's requests: from the first turn of a session
+    # with tools (always), or from its first compaction on (after_compaction).
+    extract_tool: Literal["always", "after_compaction"] = "always"
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
     # compactor's defaults (proxy.economics) apply to models not listed.

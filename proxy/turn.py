@@ -103,6 +103,8 @@ class Turn:
     wire: Wire = field(default_factory=ChatWire)
     # The neutral messages of the request (Chat Completions: the body's own `messages`).
     messages: Any = None
+    # Add the extract tool only from the session's first compaction on (see upstream_tools).
+    defer_extract_tool: bool = False
 
     @property
     def history(self) -> Any:
@@ -328,18 +330,20 @@ class Turn:
     def upstream_tools(self) -> Any:
         """The tools to send upstream, setting `injected` when ours is among them.
 
-        Ours goes last, from the session's first compaction on: before it there is nothing to
-        extract, and adding it earlier would cost its tokens on every turn of the many
-        sessions that never compact. A compaction rewrites the prompt anyway, so the cached
-        prefix loses little when the tools change with it (the cost-aware compactor counts
-        that rewrite).
+        Ours goes last, so the client's own prefix stays stable. By default it is in every
+        request of a session whose client sends tools, from the first turn on, so the tool
+        list never changes mid-session (the prompt cache keeps its prefix) and a model told
+        about the tool can always call it; `extract_tool_from_compaction` defers it to the
+        session's first compaction instead, saving its few tokens in sessions that never
+        compact. A session without tools gets it once something was compacted.
         """
         assert self.rb is not None
         tools = self.wire.tools(self.body)
+        wanted = self.rb.state.compacted or (
+            not self.defer_extract_tool and isinstance(tools, list) and bool(tools)
+        )
         self.injected = (
-            self.rb.state.compacted
-            and not self.wire.defines_extract_tool(tools)
-            and self.wire.can_inject(self.body)
+            wanted and not self.wire.defines_extract_tool(tools) and self.wire.can_inject(self.body)
         )
         return self.wire.with_extract_tool(tools) if self.injected else tools
 

@@ -49,12 +49,36 @@ def test_below_threshold_is_untouched(
     sent = model_requests(fake_upstream.chat_requests)
     assert len(sent) == 4
     for request, n in zip(sent, (2, 4, 6, 8), strict=True):
-        # Exactly the client's history (the SDK dump with its null fields included), no tool
-        # added: ours joins with the first compaction.
+        # Exactly the client's history (the SDK dump with its null fields included); ours is
+        # in the tools from the first turn on, last, so the tool list never changes.
         assert request.json["messages"] == agent.messages[:n]
-        assert tool_names(request.json) == ["read_file"]
+        assert tool_names(request.json) == ["read_file", "extract_compacted_tool_result"]
     assert agent.responses[-1].headers["x-xun-compaction"] == "none"
     assert agent.responses[-1].headers["x-xun-session"]
+
+
+def test_the_extract_tool_can_wait_for_the_first_compaction(
+    fake_upstream: FakeUpstream, make_proxy: Any, script: ModelScript, client_for: Any
+) -> None:
+    proxy = make_proxy(token_threshold=8000, extract_tool="after_compaction")
+    agent = Agent(client_for(proxy), output_size=2000)
+    while agent.responses == [] or agent.responses[-1].headers["x-xun-compaction"] == "none":
+        agent.step()
+        assert len(agent.responses) < 40
+    sent = model_requests(fake_upstream.chat_requests)
+    assert all(tool_names(r.json) == ["read_file"] for r in sent[:-1])
+    assert tool_names(sent[-1].json) == ["read_file", "extract_compacted_tool_result"]
+
+
+def test_a_session_without_tools_gets_no_tool_before_compacting(
+    fake_upstream: FakeUpstream, make_proxy: Any
+) -> None:
+    proxy = make_proxy(token_threshold=1_000_000)
+    client = openai.OpenAI(
+        base_url=proxy.url + "/v1", api_key="sk-test", default_headers={"X-Session-Id": "plain"}
+    )
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert "tools" not in fake_upstream.chat_requests[-1].json
 
 
 def test_level1_reclaims_all_but_newest_12(

@@ -73,6 +73,7 @@ def _run(
     through_proxy: bool,
     *,
     threshold: int | None = THRESHOLD,
+    compactor: str | None = None,
     window: int | None = None,
 ) -> Recorded:
     """One Codex run; `threshold=None` leaves the proxy's default, `window` makes the fake
@@ -89,9 +90,9 @@ def _run(
     try:
         base_url = fake.url
         if through_proxy:
-            # The product's defaults but the threshold: the session header Codex sends, the
-            # default compactor, the Responses adapter.
-            overrides: dict[str, object] = {"compactor": None}
+            # The product's defaults but the threshold (and the compactor, when named): the
+            # session header Codex sends, the default compactor, the Responses adapter.
+            overrides: dict[str, object] = {"compactor": compactor}
             if threshold is not None:
                 overrides["token_threshold"] = threshold
             proxy = UvicornThread(create_app(proxy_settings(fake, **overrides))).start()
@@ -108,6 +109,14 @@ def _run(
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recorded, Recorded]:
     tmp = tmp_path_factory.mktemp("codex")
     return _run(tmp, "direct", through_proxy=False), _run(tmp, "proxied", through_proxy=True)
+
+
+@pytest.fixture(scope="module")
+def summarised(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    """A run through the seed's rules, which escalate to a summary after two rounds of
+    reclaiming; the cost-aware default reclaims these file reads and has no need to."""
+    tmp = tmp_path_factory.mktemp("codex-seed")
+    return _run(tmp, "summarised", through_proxy=True, compactor="seed")
 
 
 @pytest.fixture
@@ -261,7 +270,9 @@ def test_the_extract_tool_is_added_in_the_responses_shape(proxied: Recorded) -> 
         assert extract["parameters"]["required"] == ["toolcall_id"]
 
 
-def test_a_summary_reaches_later_requests(proxied: Recorded) -> None:
+def test_a_summary_reaches_later_requests(summarised: Recorded) -> None:
+    proxied = summarised
+    assert proxied.codex.last_message.strip() == f"Done: read {FILES} files."
     summaries = proxied.summary_requests()
     assert summaries, "the proxy made no summary request"
     assert summaries[0].json.get("store") is False

@@ -16,6 +16,7 @@ from proxy.errors import InvalidRequest, PayloadTooLarge
 from proxy.pipeline import Pipeline
 from proxy.routes.disconnect import unless_client_leaves
 from proxy.routes.forward import forward
+from proxy.session import UnrecognisedHistory
 from proxy.upstream import Upstream
 from proxy.wire.base import Unsupported, Wire
 
@@ -63,6 +64,10 @@ async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) 
     except Unsupported:
         handler.turn.rb = None
         handler.turn.degraded = "unsupported"
+    except UnrecognisedHistory as exc:
+        handler.turn.rb = None
+        handler.turn.degraded = "unrecognised_history"
+        log.info("history not understood, passing through unchanged: %s", exc)
     except Exception:  # compaction or store trouble never fails the request
         log.exception("preparing the session failed, sending uncompacted")
         handler.turn.rb = None

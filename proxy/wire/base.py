@@ -110,14 +110,14 @@ class Wire(Protocol):
         """A non-streamed reply as a round; raises UpstreamInvalidResponse when unreadable."""
         ...
 
-    def client_reply(self, rounds: list[Round], *, injected: bool) -> JSON:
+    def client_reply(self, body: JSON, rounds: list[Round], *, injected: bool) -> JSON:
         """The one reply the client sees: hidden calls gone, usage summed."""
         ...
 
     def stream_relay(self, body: JSON) -> StreamRelay: ...
 
-    def summary_body(self, chat_body: JSON) -> JSON:
-        """A Chat Completions-shaped summary request in this API."""
+    def summary_body(self, body: JSON, chat_body: JSON) -> JSON:
+        """A Chat Completions-shaped summary request in this API (`body`: the client's)."""
         ...
 
     def summary_reply(self, data: Any) -> JSON:

@@ -166,7 +166,7 @@ class ChatWire:
         usage = usage_of(data.get("usage"))
         return Round(message=message, usage=usage, only_extract=only, raw=data)
 
-    def client_reply(self, rounds: list[Round], *, injected: bool) -> JSON:
+    def client_reply(self, body: JSON, rounds: list[Round], *, injected: bool) -> JSON:
         """The last completion, extract calls removed, usage of every round added."""
         last = rounds[-1]
         completion: JSON = last.raw
@@ -186,7 +186,7 @@ class ChatWire:
         options = body.get("stream_options") or {}
         return ChatRelay(wants_usage=bool(options.get("include_usage")))
 
-    def summary_body(self, chat_body: JSON) -> JSON:
+    def summary_body(self, body: JSON, chat_body: JSON) -> JSON:
         return chat_body
 
     def summary_reply(self, data: Any) -> JSON:

@@ -1,0 +1,180 @@
+"""The Responses API on the wire, stateless mode (the whole history in `input`).
+
+Items map onto neutral messages in `proxy.wire.responses_items` (every original item rides
+along and goes back byte for byte, reasoning `encrypted_content` included); the stream relay
+that hides the proxy's extract calls across rounds is `proxy.wire.responses_stream`, the
+rule of what a round shows `proxy.wire.responses_rounds`, and the bodies the proxy writes
+itself `proxy.wire.responses_requests`. A request that names `previous_response_id` or a
+server-side `conversation` keeps its history on the provider's side, where the proxy cannot
+compact it: it passes through unchanged (`x-xun-compaction: unsupported`). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
+from proxy.extract_tool import content_text
+from proxy.wire import responses_items as items
+from proxy.wire.base import JSON, Outgoing, Round, Unsupported
+from proxy.wire.responses_requests import summary_reply, summary_request, upstream_input
+from proxy.wire.responses_rounds import merge_responses, round_of, to_round
+from proxy.wire.responses_stream import ResponsesRelay
+
+_WINDOW = re.compile(r"(?:maximum context length|context window)[^0-9]{0,40}(\d{3,})")
+
+
+def _invalid_type(param: str, expected: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"Invalid type for '{param}': expected {expected}.", param=param, code="invalid_type"
+    )
+
+
+def parse_body(raw: bytes) -> JSON:
+    """The request body; what OpenAI would refuse for its type is refused here the same way."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: {exc.msg}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if not isinstance(body.get("input", ""), str | list):
+        raise _invalid_type("input", "a string or an array of input items")
+    if not isinstance(body.get("instructions", ""), str | None):
+        raise _invalid_type("instructions", "a string")
+    if not isinstance(body.get("tools", []), list | None):
+        raise _invalid_type("tools", "an array")
+    return body
+
+
+def input_items(body: JSON) -> list[Any]:
+    value = body.get("input")
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return list(value) if isinstance(value, list) else []
+
+
+def _client_fields(body: JSON) -> dict[str, Any]:
+    """Request fields a response echoes, as the client sent them (not as sent upstream)."""
+    return {"instructions": body.get("instructions"), "tools": body.get("tools")}
+
+
+class Relay(ResponsesRelay):
+    """The Responses event relay as the pipeline's `StreamRelay`."""
+
+    def end_round(self) -> Round:  # type: ignore[override]
+        return to_round(super().end_round())
+
+
+class ResponsesWire:
+    """`POST /v1/responses`."""
+
+    name = "responses"
+    path = "/responses"
+
+    def parse(self, raw: bytes) -> JSON:
+        return parse_body(raw)
+
+    def messages(self, body: JSON) -> list[JSON]:
+        if body.get("previous_response_id") or body.get("conversation"):
+            raise Unsupported("the history is held on the provider's side")
+        return items.items_to_messages(input_items(body))
+
+    def tools(self, body: JSON) -> Any:
+        return body.get("tools")
+
+    def with_extract_tool(self, tools: Any) -> list[Any]:
+        return items.inject_tool(tools)
+
+    def defines_extract_tool(self, tools: Any) -> bool:
+        return items.client_defines_tool(tools)
+
+    def can_inject(self, body: JSON) -> bool:
+        return True
+
+    def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
+        sent = dict(body)
+        if out is None:
+            return sent
+        instructions, sent["input"] = upstream_input(out, body.get("instructions"))
+        if instructions is not None:
+            sent["instructions"] = instructions
+        if tools is not None:
+            sent["tools"] = tools
+        return sent
+
+    def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
+        sent = dict(body)
+        answers = [
+            {
+                "type": "function_call_output",
+                "call_id": r.get("tool_call_id"),
+                "output": content_text(r.get("content")),
+            }
+            for r in results
+        ]
+        sent["input"] = [*input_items(body), *self.round_output(rnd), *answers]
+        return sent
+
+    def reply_round(self, data: Any) -> Round:
+        if not isinstance(data, dict) or not isinstance(data.get("output", []), list):
+            raise UpstreamInvalidResponse()
+        if not all(isinstance(x, dict) for x in data.get("output") or []):
+            raise UpstreamInvalidResponse()
+        rnd = to_round(round_of(data))
+        rnd.raw = data
+        return rnd
+
+    @staticmethod
+    def round_output(rnd: Round) -> list[Any]:
+        """A round's output items (a non-streamed reply, or a relayed round's result)."""
+        raw = rnd.raw
+        output = raw.get("output") if isinstance(raw, dict) else raw.output
+        return [x for x in output or [] if isinstance(x, dict)]
+
+    def client_reply(self, body: JSON, rounds: list[Round], *, injected: bool) -> JSON:
+        if not injected:
+            reply: JSON = rounds[-1].raw
+            return reply
+        return merge_responses([r.raw for r in rounds], client_fields=_client_fields(body))
+
+    def stream_relay(self, body: JSON) -> Relay:
+        hide = not items.client_defines_tool(body.get("tools"))
+        return Relay(hide_extract=hide, client_fields=_client_fields(body))
+
+    def summary_body(self, body: JSON, chat_body: JSON) -> JSON:
+        """The summary request; reasoning goes along only to the session's own model, and
+        never an item the provider would have to look up (with `store: false` it cannot)."""
+        same_model = chat_body.get("model") == body.get("model")
+        sent = summary_request(chat_body, keep_reasoning=same_model)
+        sent["input"] = [
+            x
+            for x in sent["input"]
+            if not (
+                isinstance(x, dict)
+                and (
+                    x.get("type") == "item_reference"
+                    or (x.get("type") == "reasoning" and not x.get("encrypted_content"))
+                )
+            )
+        ]
+        return sent
+
+    def summary_reply(self, data: Any) -> JSON:
+        if not isinstance(data, dict) or not isinstance(data.get("output"), list):
+            raise UpstreamInvalidResponse()
+        return summary_reply(data)
+
+    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
+        return error_payload(message, type_, code)
+
+    def learned_window(self, error_body: Any) -> int | None:
+        err = error_body.get("error") if isinstance(error_body, dict) else None
+        text = str(err.get("message") if isinstance(err, dict) else error_body)
+        m = _WINDOW.search(text)
+        return int(m.group(1)) if m else None
