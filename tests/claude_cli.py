@@ -1,0 +1,148 @@
+"""Run the real Claude Code CLI (`claude -p`) offline against a local Messages API.
+
+`scripts/test` installs the pinned `@anthropic-ai/claude-code` from the npm registry into
+`claude_code_dir()`; `XUN_TEST_CLAUDE` names another binary. Only `ANTHROPIC_BASE_URL` points
+Claude Code at the server under test; the rest of its environment keeps it offline and
+unattended:
+
+- `ANTHROPIC_API_KEY`: API-key auth (sent as `x-api-key`), so no login or keychain is read;
+- a fresh `HOME` and `CLAUDE_CONFIG_DIR` per run: no user settings, and the session
+  transcript lands in `<config>/projects/<cwd with / as ->/<session id>.jsonl`;
+- `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`, `DISABLE_TELEMETRY`, `DISABLE_AUTOUPDATER`,
+  `DISABLE_ERROR_REPORTING`: no call leaves the machine (with them unset, Claude Code also
+  asks the model for a session title: a tool-less side request with the same session id);
+- `--allowedTools Read`: the file reads run without a permission prompt;
+  `--output-format json`: one JSON result object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CLAUDE_CODE_VERSION = "2.1.197"  # keep in step with scripts/test
+OFFLINE_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+
+
+def claude_code_dir() -> Path:
+    """Where scripts/test installs the pinned Claude Code (its npm prefix)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "xun-proxy-tests" / f"claude-code-{CLAUDE_CODE_VERSION}"
+
+
+def claude_binary() -> Path:
+    """The `claude` executable, or a test failure that says how to install it."""
+    given = os.environ.get("XUN_TEST_CLAUDE")
+    path = Path(given) if given else claude_code_dir() / "node_modules" / ".bin" / "claude"
+    if not os.access(path, os.X_OK):
+        pytest.fail(
+            f"Claude Code {CLAUDE_CODE_VERSION} is not installed at {path}: run ./scripts/test "
+            f"(it installs @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} there with npm), "
+            "or set XUN_TEST_CLAUDE to a claude binary.",
+            pytrace=False,
+        )
+    return path
+
+
+@dataclass
+class ClaudeRun:
+    """One finished `claude -p` run."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    config_dir: Path
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def session_id(self) -> str:
+        return str(self.result.get("session_id") or "")
+
+    def transcript_path(self) -> Path:
+        found = sorted(self.config_dir.glob(f"projects/*/{self.session_id}.jsonl"))
+        assert found, f"no transcript for session {self.session_id!r} under {self.config_dir}"
+        return found[0]
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """The session's .jsonl records (user, assistant, attachment... one per line)."""
+        lines = self.transcript_path().read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def describe(self) -> str:
+        return (
+            f"exit {self.returncode}\nstdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-2000:]}"
+        )
+
+
+def run_claude(
+    base_url: str,
+    workdir: Path,
+    prompt: str,
+    *,
+    home: Path,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> ClaudeRun:
+    """`claude -p PROMPT` in `workdir` with its config under `home`; its JSON result parsed."""
+    config_dir = home / ".claude"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(config_dir),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test-xun",
+        **OFFLINE_ENV,
+        **(env or {}),
+    }
+    command = [
+        str(claude_binary()),
+        "-p",
+        prompt,
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Read",
+        *(args or []),
+    ]
+    done = subprocess.run(
+        command,
+        cwd=workdir,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    run = ClaudeRun(done.returncode, done.stdout, done.stderr, config_dir)
+    try:
+        parsed = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
+    except ValueError:
+        parsed = {}
+    run.result = parsed if isinstance(parsed, dict) else {}
+    return run
+
+
+def write_files(workdir: Path, count: int, lines: int) -> list[str]:
+    """`count` files of `lines` lines of 80 characters (about 20 tokens a line); their paths."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for n in range(1, count + 1):
+        path = workdir / f"file_{n:02d}.txt"
+        body = "".join(f"file {n} line {i:03d}: " + "x" * 60 + "\n" for i in range(lines))
+        path.write_text(body)
+        paths.append(str(path))
+    return paths
