@@ -7,10 +7,9 @@ compacted results back with the proxy's extract tool (tests/claude_model.py). Th
 made directly against the fake, as the baseline.
 
 The proxy's compacting path for `/v1/messages` is built on main after these tests: until the
-proxy has its Anthropic upstream setting (`anthropic_base_url`), it passes `/v1/messages`
-through to `upstream_base_url`, the tests that need compaction are expected to fail
-(`xfail(strict=True)` on exactly that condition, so the marker lapses with the feature and an
-early pass is reported), and the harness tests show Claude Code runs against the fake.
+proxy has its Anthropic upstream setting, the tests that need compaction are expected to fail
+(`needs_messages_path` in tests/claude_checks.py), and the harness tests show Claude Code runs
+against the fake.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,6 +30,8 @@ from tests.claude_checks import (
     extract_rounds,
     is_placeholder,
     main_requests,
+    messages_settings,
+    needs_messages_path,
     request_problems,
     system_texts,
     tool_names,
@@ -39,30 +39,12 @@ from tests.claude_checks import (
 )
 from tests.claude_cli import ClaudeRun, run_claude, write_files
 from tests.claude_model import FINISHED, ReadFilesModel
-from tests.conftest import proxy_settings
 from tests.fake_messages import FakeMessages, block_text, count_input_tokens
 from tests.servers import UvicornThread
 
 pytestmark = pytest.mark.timeout(180)
 
-HAS_MESSAGES_PATH = "anthropic_base_url" in Settings.model_fields
-needs_messages_path = pytest.mark.xfail(
-    not HAS_MESSAGES_PATH,
-    reason="the proxy's /v1/messages compacting path is not built yet (issue 15)",
-    strict=True,
-)
 PROMPT = "Read every file in this directory in order, one file per turn, then say FINISHED."
-
-
-def messages_settings(fake: FakeMessages, **overrides: Any) -> Settings:
-    """A test proxy whose OpenAI and Anthropic upstreams are both the fake.
-
-    Until the Anthropic upstream setting exists, `/v1/messages` reaches the fake through the
-    pass-through (`upstream_base_url` ends in /v1, like the fake's Messages route).
-    """
-    if HAS_MESSAGES_PATH:
-        overrides.setdefault("anthropic_base_url", fake.base_url)
-    return proxy_settings(fake, **overrides)
 
 
 @pytest.fixture
