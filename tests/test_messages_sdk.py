@@ -237,6 +237,44 @@ def test_a_thinking_tool_loop_must_send_its_thinking_back(
     assert done.content[0].text == "Done."
 
 
+def test_an_error_mid_stream(client: anthropic.Anthropic, fake: FakeMessages) -> None:
+    """Anthropic reports a failure after the stream started as an `error` event."""
+    overloaded = {"type": "overloaded_error", "message": "Overloaded"}
+    fake.push_turns(Turn.text("Partial answer", stream_error=overloaded, stream_error_after=3))
+    body = {"model": MODEL, "max_tokens": 64, "messages": USER}
+    events = raw_stream(fake.base_url, {**body, "stream": True})
+    assert [name for name, _ in events][-2:] == ["ping", "error"]
+    assert events[-1][1]["error"] == overloaded
+    fake.push_turns(Turn.text("Partial answer", stream_error=overloaded, stream_error_after=3))
+    with pytest.raises(anthropic.APIStatusError), client.messages.stream(**body) as stream:
+        stream.get_final_message()
+
+
+def test_redacted_thinking_goes_back_as_it_came(
+    client: anthropic.Anthropic, fake: FakeMessages
+) -> None:
+    redacted = {"type": "redacted_thinking", "data": "RWFCUTNMeXJ4d0VxbWxzYnJ3"}
+    call = {"type": "tool_use", "id": "toolu_01redacted", "name": "read_file", "input": {}}
+    fake.push_turns(Turn(content=[redacted, call]), Turn.text("Done."))
+    args: dict[str, Any] = {"model": MODEL, "max_tokens": 2048, "tools": [READ_TOOL]}
+    args["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    with client.messages.stream(messages=USER, **args) as stream:
+        first = stream.get_final_message()
+    assert first.content[0].type == "redacted_thinking"
+    assert first.content[0].data == redacted["data"]
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"]}]}
+    altered = {**redacted, "data": "QUJD"}
+    bad = [*USER, {"role": "assistant", "content": [altered, call]}, result]
+    with pytest.raises(anthropic.BadRequestError, match="Invalid `data`"):
+        client.messages.create(messages=bad, **args)
+    good = [
+        *USER,
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        result,
+    ]
+    assert client.messages.create(messages=good, **args).content[0].text == "Done."
+
+
 def test_count_tokens_and_prompt_caching(client: anthropic.Anthropic, fake: FakeMessages) -> None:
     counted = client.messages.count_tokens(model=MODEL, messages=USER, system=SYSTEM)
     assert counted.input_tokens == count_input_tokens(
