@@ -59,7 +59,7 @@ def direct_fake() -> Iterator[FakeMessages]:
         yield running
 
 
-def claude_run(tmp_path: Path, base_url: str, paths: list[str], args: list[str]) -> ClaudeRun:
+def claude_run(tmp_path: Path, base_url: str, args: list[str]) -> ClaudeRun:
     """One run in tmp_path/work, with a fresh home at the same place each time.
 
     Both runs of a comparison use the same paths, so Claude Code builds the same system
@@ -87,7 +87,7 @@ def test_claude_code_reads_files_against_the_fake(tmp_path: Path, fake: FakeMess
     """The harness works today: Claude Code runs the scripted session to its end."""
     paths = write_files(tmp_path / "work", 4, 40)
     fake.policy = model = ReadFilesModel(paths)
-    run = claude_run(tmp_path, fake.base_url, paths, [])
+    run = claude_run(tmp_path, fake.base_url, [])
     assert_finished(run)
 
     assert request_problems(fake) == []
@@ -126,7 +126,7 @@ def test_claude_code_own_compaction_against_the_fake(tmp_path: Path, fake: FakeM
     paths = write_files(tmp_path / "work", 40, 250)  # about 5,000 tokens a file
     fake.policy = model = ReadFilesModel(paths)
     fake.context_window = 200_000
-    run = claude_run(tmp_path, fake.base_url, paths, ["--model", "claude-sonnet-4-5"])
+    run = claude_run(tmp_path, fake.base_url, ["--model", "claude-sonnet-4-5"])
     assert_finished(run)
     assert model.own_compactions >= 1
     too_long = [e for _, s, e in fake.refused if "prompt is too long" in e["error"]["message"]]
@@ -143,7 +143,7 @@ def test_claude_code_through_the_proxy_compacts(
     """The issue's list, for a low threshold (16 files of about 3,000 tokens, threshold 40k)."""
     paths = write_files(tmp_path / "work", 16, 150)
     direct_fake.policy = ReadFilesModel(paths)
-    direct = claude_run(tmp_path, direct_fake.base_url, paths, [])
+    direct = claude_run(tmp_path, direct_fake.base_url, [])
     assert_finished(direct)
     assert request_problems(direct_fake) == []
 
@@ -152,7 +152,7 @@ def test_claude_code_through_the_proxy_compacts(
         fake, token_threshold=40_000, toolcall_keep_max=2, summary_keep_max=4
     )
     with UvicornThread(create_app(settings)) as proxy:
-        run = claude_run(tmp_path, proxy.url, paths, [])
+        run = claude_run(tmp_path, proxy.url, [])
 
     checks = Checks()
     checks.check(
@@ -261,7 +261,7 @@ def test_claude_code_200k_session_is_compacted_by_the_proxy(
     defaults = Settings()
     assert settings.token_threshold == defaults.token_threshold  # nothing tuned
     with UvicornThread(create_app(settings)) as proxy:
-        run = claude_run(tmp_path, proxy.url, paths, ["--model", "claude-sonnet-4-5"])
+        run = claude_run(tmp_path, proxy.url, ["--model", "claude-sonnet-4-5"])
 
     checks = Checks()
     checks.check(
