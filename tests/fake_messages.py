@@ -535,7 +535,11 @@ def _check_shape(body: Any, need_max_tokens: bool) -> str | None:
 
 
 def _check_messages(messages: list[Any], system_role: bool) -> str | None:
-    """Roles, block shapes, and every tool_use answered by a tool_result in the next message."""
+    """Roles, block shapes, and every tool_use answered by a tool_result in the next message.
+
+    As Anthropic reads "immediately after", a call counts as answered only by the tool_result
+    blocks that open the next user message, before any other block.
+    """
     turns: list[tuple[int, dict[str, Any]]] = []  # user/assistant messages with their index
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -547,40 +551,30 @@ def _check_messages(messages: list[Any], system_role: bool) -> str | None:
             continue
         if role not in ("user", "assistant"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
-        if not isinstance(content, str | list):
-            return f"messages.{i}.content: Field required"
-        for j, block in enumerate(content if isinstance(content, list) else []):
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                return f"messages.{i}.content.{j}: Input should be a valid dictionary"
-            kind = block["type"]
-            if kind == "tool_result" and role != "user":
-                where = f"messages.{i}.content.{j}"
-                return f"{where}: tool_result blocks are only allowed in user messages"
-            if kind in ("tool_use", "thinking", "redacted_thinking") and role != "assistant":
-                where = f"messages.{i}.content.{j}"
-                return f"{where}: {kind} blocks are only allowed in assistant messages"
-            if kind == "tool_use" and not isinstance(block.get("id"), str):
-                return f"messages.{i}.content.{j}.tool_use.id: Field required"
-            if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
-                return f"messages.{i}.content.{j}.tool_result.tool_use_id: Field required"
+        problem = _check_blocks(i, role, content, last=i == len(messages) - 1)
+        if problem is not None:
+            return problem
         turns.append((i, message))
     if not turns or turns[0][1]["role"] != "user":
         return 'messages: first message must use the "user" role'
     for position, (i, message) in enumerate(turns):
-        calls = _ids(message, "tool_use", "id") if message["role"] == "assistant" else []
-        after = turns[position + 1] if position + 1 < len(turns) else None
         if message["role"] == "user":
             before = turns[position - 1][1] if position else None
             offered = set(_ids(before, "tool_use", "id")) if before else set()
-            for j, result_id in enumerate(_ids(message, "tool_result", "tool_use_id")):
-                if result_id not in offered:
+            for j, block in enumerate(
+                message["content"] if isinstance(message["content"], list) else []
+            ):
+                if block["type"] == "tool_result" and block["tool_use_id"] not in offered:
                     return (
                         f"messages.{i}.content.{j}: unexpected `tool_use_id` found in "
-                        f"`tool_result` blocks: {result_id}. Each `tool_result` block must have "
-                        "a corresponding `tool_use` block in the previous message."
+                        f"`tool_result` blocks: {block['tool_use_id']}. Each `tool_result` block "
+                        "must have a corresponding `tool_use` block in the previous message."
                     )
+            continue
+        calls = _ids(message, "tool_use", "id")
+        after = turns[position + 1][1] if position + 1 < len(turns) else None
         if calls and after is not None:
-            answered = set(_ids(after[1], "tool_result", "tool_use_id"))
+            answered = set(_leading_results(after))
             missing = [c for c in calls if c not in answered]
             if missing:
                 return (
@@ -591,11 +585,49 @@ def _check_messages(messages: list[Any], system_role: bool) -> str | None:
     return None
 
 
+def _check_blocks(i: int, role: str, content: Any, *, last: bool) -> str | None:
+    """One user or assistant message's content."""
+    if not isinstance(content, str | list):
+        return f"messages.{i}.content: Field required"
+    if not content and not (last and role == "assistant"):
+        return (
+            f"messages.{i}: all messages must have non-empty content except for the optional "
+            "final assistant message"
+        )
+    for j, block in enumerate(content if isinstance(content, list) else []):
+        where = f"messages.{i}.content.{j}"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            return f"{where}: Input should be a valid dictionary"
+        kind = block["type"]
+        if kind == "text" and not (isinstance(block.get("text"), str) and block["text"]):
+            return "messages: text content blocks must be non-empty"
+        if kind == "tool_result" and role != "user":
+            return f"{where}: tool_result blocks are only allowed in user messages"
+        if kind in ("tool_use", "thinking", "redacted_thinking") and role != "assistant":
+            return f"{where}: {kind} blocks are only allowed in assistant messages"
+        if kind == "tool_use" and not isinstance(block.get("id"), str):
+            return f"{where}.tool_use.id: Field required"
+        if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
+            return f"{where}.tool_result.tool_use_id: Field required"
+    return None
+
+
 def _ids(message: dict[str, Any], kind: str, key: str) -> list[str]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
     return [b[key] for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _leading_results(message: dict[str, Any]) -> list[str]:
+    """The ids of the tool_result blocks that open a user message."""
+    content = message.get("content")
+    ids = []
+    for block in content if isinstance(content, list) else []:
+        if block.get("type") != "tool_result":
+            break
+        ids.append(block["tool_use_id"])
+    return ids
 
 
 def _last_tool_turn(messages: list[Any]) -> tuple[int, list[dict[str, Any]]] | None:

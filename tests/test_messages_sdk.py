@@ -194,6 +194,27 @@ def test_errors_take_anthropics_shape(client: anthropic.Anthropic, fake: FakeMes
             ],
             "Invalid `signature`",
         ),
+        (
+            [
+                *USER,
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_z", "name": "read_file", "input": {}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Here it is:"},
+                        {"type": "tool_result", "tool_use_id": "toolu_z", "content": "1"},
+                    ],
+                },
+            ],
+            "without `tool_result` blocks immediately after",
+        ),
+        ([*USER, {"role": "assistant", "content": []}, *USER], "non-empty content"),
+        ([{"role": "user", "content": [{"type": "text", "text": ""}]}], "must be non-empty"),
         ([{"role": "system", "content": "x"}, *USER], "Input should be 'user' or 'assistant'"),
         (
             [
