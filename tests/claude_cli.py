@@ -11,6 +11,7 @@ unattended:
 - `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`, `DISABLE_TELEMETRY`, `DISABLE_AUTOUPDATER`,
   `DISABLE_ERROR_REPORTING`: no call leaves the machine (with them unset, Claude Code also
   asks the model for a session title: a tool-less side request with the same session id);
+- `CLAUDE_CODE_MAX_RETRIES=0`: an error answer ends the run with its message, at once;
 - `--allowedTools Read`: the file reads run without a permission prompt;
   `--output-format json`: one JSON result object on stdout.
 """
@@ -32,6 +33,8 @@ OFFLINE_ENV = {
     "DISABLE_TELEMETRY": "1",
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1",
+    # A failed request fails the run at once, instead of minutes of backed-off retries.
+    "CLAUDE_CODE_MAX_RETRIES": "0",
 }
 
 
@@ -117,16 +120,23 @@ def run_claude(
         "Read",
         *(args or []),
     ]
-    done = subprocess.run(
-        command,
-        cwd=workdir,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            command,
+            cwd=workdir,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as expired:
+        output = [
+            part.decode() if isinstance(part, bytes) else part or ""
+            for part in (expired.stdout, expired.stderr)
+        ]
+        return ClaudeRun(-1, output[0], f"{output[1]}\n(killed after {timeout:g} s)", config_dir)
     run = ClaudeRun(done.returncode, done.stdout, done.stderr, config_dir)
     try:
         parsed = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
