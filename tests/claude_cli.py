@@ -1,7 +1,9 @@
 """Run the real Claude Code CLI (`claude -p`) offline against a local Messages API.
 
-`scripts/test` installs the pinned `@anthropic-ai/claude-code` from the npm registry into
-`claude_code_dir()`; `XUN_TEST_CLAUDE` names another binary. Only `ANTHROPIC_BASE_URL` points
+`python3 -m tests.claude_cli install` (run by scripts/test) installs the pinned
+`@anthropic-ai/claude-code` from the npm registry once into `$XUN_TEST_CACHE` (default
+`~/.cache/xun-tests`)/claude-code-<version>, beside the Codex CLI of tests/codex_cli.py;
+`XUN_TEST_CLAUDE` names another binary instead. Only `ANTHROPIC_BASE_URL` points
 Claude Code at the server under test; the rest of its environment keeps it offline and
 unattended:
 
@@ -20,14 +22,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-CLAUDE_CODE_VERSION = "2.1.197"  # keep in step with scripts/test
+CLAUDE_CODE_VERSION = "2.1.197"
 OFFLINE_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "DISABLE_TELEMETRY": "1",
@@ -39,23 +44,70 @@ OFFLINE_ENV = {
 
 
 def claude_code_dir() -> Path:
-    """Where scripts/test installs the pinned Claude Code (its npm prefix)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "xun-proxy-tests" / f"claude-code-{CLAUDE_CODE_VERSION}"
+    """The npm prefix of the pinned Claude Code."""
+    cache = os.environ.get("XUN_TEST_CACHE") or Path.home() / ".cache" / "xun-tests"
+    return Path(cache) / f"claude-code-{CLAUDE_CODE_VERSION}"
+
+
+def installed_version(binary: Path) -> str | None:
+    """What `claude --version` says (`2.1.197 (Claude Code)` -> `2.1.197`), None if nothing."""
+    if not os.access(binary, os.X_OK):
+        return None
+    try:
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except OSError:
+        return None
+    words = out.stdout.split()
+    return words[0] if out.returncode == 0 and words else None
+
+
+def install() -> Path:
+    """Install the pinned Claude Code unless it is already there; return its binary.
+
+    npm brings the native binary as the per-platform package of the same registry.
+    """
+    prefix = claude_code_dir()
+    binary = prefix / "node_modules" / ".bin" / "claude"
+    if installed_version(binary) == CLAUDE_CODE_VERSION:
+        return binary
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is needed to install Claude Code (Debian: apt-get install npm)")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    # Into a scratch folder first, renamed when complete: a broken install is never "there".
+    scratch = Path(tempfile.mkdtemp(prefix=f"{prefix.name}-", dir=prefix.parent))
+    command = [npm, "install", "--prefix", str(scratch), "--no-audit", "--no-fund"]
+    command += ["--loglevel=error", f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"]
+    try:
+        subprocess.run(command, check=True, timeout=600)
+        shutil.rmtree(prefix, ignore_errors=True)
+        scratch.rename(prefix)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    version = installed_version(binary)
+    if version != CLAUDE_CODE_VERSION:
+        raise RuntimeError(f"{binary} reports version {version!r}, expected {CLAUDE_CODE_VERSION}")
+    return binary
 
 
 def claude_binary() -> Path:
-    """The `claude` executable, or a test failure that says how to install it."""
+    """The `claude` executable, or a test failure that says how to install it (never a skip)."""
     given = os.environ.get("XUN_TEST_CLAUDE")
-    path = Path(given) if given else claude_code_dir() / "node_modules" / ".bin" / "claude"
-    if not os.access(path, os.X_OK):
+    if given:
+        if not os.access(given, os.X_OK):
+            pytest.fail(f"XUN_TEST_CLAUDE={given} is not an executable", pytrace=False)
+        return Path(given)
+    binary = claude_code_dir() / "node_modules" / ".bin" / "claude"
+    version = installed_version(binary)
+    if version != CLAUDE_CODE_VERSION:
         pytest.fail(
-            f"Claude Code {CLAUDE_CODE_VERSION} is not installed at {path}: run ./scripts/test "
-            f"(it installs @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} there with npm), "
-            "or set XUN_TEST_CLAUDE to a claude binary.",
+            f"Claude Code {CLAUDE_CODE_VERSION} is not installed at {binary} (found "
+            f"{version!r}): run ./scripts/test, or `python3 -m tests.claude_cli install`",
             pytrace=False,
         )
-    return path
+    return binary
 
 
 @dataclass
@@ -156,3 +208,9 @@ def write_files(workdir: Path, count: int, lines: int) -> list[str]:
         path.write_text(body)
         paths.append(str(path))
     return paths
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["install"]:
+        sys.exit("usage: python3 -m tests.claude_cli install")
+    print(install())
