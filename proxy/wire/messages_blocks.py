@@ -1,0 +1,413 @@
+"""Anthropic Messages requests <-> the neutral (Chat Completions-shaped) messages of the core.
+
+`to_neutral` turns `system` + `messages` into neutral messages that carry their wire
+originals under `x_items`; `from_neutral` turns them back: verbatim where nothing changed,
+with the level-1 placeholders, the proxy's hidden extract calls, and the repairs a summary
+cut needs (every `tool_result` right after its `tool_use`, a user message first).
+Pure: no I/O. The rest of a request (summary, cache breakpoints, tools, checks) is in
+`proxy.wire.messages_request`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from proxy.conversation_message import content_to_text
+from proxy.session import UnrecognisedHistory
+
+# Private keys of neutral messages (the core ignores them and keeps them on its copies).
+X_ITEMS = "x_items"  # the original wire objects, never edited
+X_SYSTEM = "x_system"  # the leading message made from the top-level `system`
+X_GROUP = "x_group"  # index of the user message a tool result (or the rest) came from
+X_ENVELOPE = "x_envelope"  # that user message's keys, content left out (None)
+
+CONTINUED = "[The conversation before this point is summarised in the system prompt.]"
+
+# -- request -> neutral -------------------------------------------------------------------
+
+
+def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
+    """Neutral messages for a Messages request; UnrecognisedHistory if it is not one."""
+    if not isinstance(messages, list):
+        raise UnrecognisedHistory("messages is not a list")
+    out = [] if system is None else [_system_to_neutral(system)]
+    previous: Any = None
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise UnrecognisedHistory(f"message {i} is not an object")
+        _check_blocks(i, msg.get("content"))
+        role = msg.get("role")
+        if role == "assistant":
+            out.append(assistant_to_neutral(msg))
+        elif role == "user":
+            out.extend(_user_to_neutral(i, msg, previous))
+        elif role == "system":
+            # Claude Code's mid-conversation instructions: ordinary content for the core,
+            # so they stay at their place (a leading system would be moved by a summary).
+            out.append({"role": "user", "content": _parts(msg["content"]), X_ITEMS: [msg]})
+        else:
+            raise UnrecognisedHistory(f"message {i} has no known role")
+        previous = msg
+    return out
+
+
+def assistant_to_neutral(message: dict[str, Any]) -> dict[str, Any]:
+    """One assistant message (a request's, or a reply reduced to role and content)."""
+    content = message.get("content")
+    texts: list[str] = [content] if isinstance(content, str) and content else []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in content if isinstance(content, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            thinking.append(block["thinking"])
+        elif kind == "tool_use":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                raise UnrecognisedHistory("a tool_use block without a string id and name")
+            function = {"name": block["name"], "arguments": _json(block.get("input", {}))}
+            calls.append({"id": block["id"], "type": "function", "function": function})
+    neutral: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) or None}
+    if calls:
+        neutral["tool_calls"] = calls
+    if thinking:
+        neutral["reasoning_content"] = "\n".join(thinking)
+    neutral[X_ITEMS] = [message]
+    return neutral
+
+
+def reply_to_neutral(reply: dict[str, Any]) -> dict[str, Any]:
+    """A Messages reply (`type: message`) as the neutral assistant message that follows it."""
+    return assistant_to_neutral({"role": "assistant", "content": reply.get("content") or []})
+
+
+def _system_to_neutral(system: Any) -> dict[str, Any]:
+    if isinstance(system, str):
+        return {"role": "system", "content": system, X_SYSTEM: True, X_ITEMS: [system]}
+    if isinstance(system, list) and all(isinstance(b, dict) for b in system):
+        text = "\n".join(b["text"] for b in system if isinstance(b.get("text"), str))
+        return {"role": "system", "content": text, X_SYSTEM: True, X_ITEMS: list(system)}
+    raise UnrecognisedHistory("system is neither text nor a list of blocks")
+
+
+def _check_blocks(i: int, content: Any) -> None:
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise UnrecognisedHistory(f"message {i}: content is neither text nor blocks")
+    for block in content:
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise UnrecognisedHistory(f"message {i}: a block without a type")
+
+
+def _user_to_neutral(i: int, msg: dict[str, Any], previous: Any) -> list[dict[str, Any]]:
+    content = msg["content"]
+    if isinstance(content, str) or not any(b["type"] == "tool_result" for b in content):
+        return [{"role": "user", "content": _parts(content), X_ITEMS: [msg]}]
+    calls = tool_use_ids(previous)
+    envelope = {k: None if k == "content" else v for k, v in msg.items()}
+    out: list[dict[str, Any]] = []
+    rest = []
+    for block in content:
+        if block["type"] != "tool_result":
+            rest.append(block)
+            continue
+        call_id = block.get("tool_use_id")
+        if not isinstance(call_id, str) or call_id not in calls:
+            raise UnrecognisedHistory(f"message {i}: a tool_result without its tool_use")
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": _tool_content(block),
+                X_ITEMS: [block],
+                X_GROUP: i,
+                X_ENVELOPE: envelope,
+            }
+        )
+    if rest:
+        out.append({"role": "user", "content": _parts(rest), X_ITEMS: [msg], X_GROUP: i})
+    return out
+
+
+def tool_use_ids(message: Any) -> set[str]:
+    """Ids of the `tool_use` blocks of an assistant message (empty for anything else)."""
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return set()
+    content = message.get("content")
+    return {
+        b["id"]
+        for b in (content if isinstance(content, list) else ())
+        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)
+    }
+
+
+def _tool_content(block: dict[str, Any]) -> Any:
+    content = block.get("content")
+    if content is None:
+        return ""
+    return _parts(content)
+
+
+def _parts(content: Any) -> Any:
+    """Chat content for wire content: text stays text, images become `image_url` parts."""
+    if not isinstance(content, list):
+        return content
+    return [_part(b) for b in content]
+
+
+def _part(block: Any) -> Any:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind == "text" and isinstance(block.get("text"), str):
+        return {"type": "text", "text": block["text"]}
+    source = block.get("source") if kind == "image" else None
+    if isinstance(source, dict):
+        # Counted as "[image]", not as kilobytes of base64, by the core's size estimate.
+        if source.get("type") == "base64":
+            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+        else:
+            url = str(source.get("url") or source.get("file_id") or "")
+        return {"type": "image_url", "image_url": {"url": url}}
+    return block
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # integers beyond 64 bits
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- neutral -> request -------------------------------------------------------------------
+
+
+def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+    """(`system`, `messages`) for the upstream: originals verbatim, changes applied.
+
+    System messages without originals (the core's rendering of a summary) come back as
+    text; the pipeline places a summary with `with_summary` instead.
+    """
+    system: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []  # the proxy's own extract answers, as tool_result
+    i = 0
+    while i < len(messages):
+        msg = messages[i]
+        role = msg.get("role")
+        group = msg.get(X_GROUP)
+        if role == "system":
+            system.append(msg)
+        elif group is not None and role in ("tool", "user"):
+            j = i + 1
+            while j < len(messages) and _same_group(messages[j], group):
+                j += 1
+            out.append(_group_to_wire(messages[i:j], pending))
+            pending = []
+            i = j
+            continue
+        elif role == "tool":
+            pending.append(_new_result(msg))
+        elif role == "assistant":
+            _flush(out, pending)
+            wire = _assistant_to_wire(msg)
+            if wire is not None:
+                out.append(wire)
+        elif role == "user":
+            original = _original(msg)
+            if isinstance(original, dict) and original.get("role") == "system":
+                _flush(out, pending)
+                out.append(original)
+            else:
+                out.append(_user_to_wire(msg, original, pending))
+            pending = []
+        else:
+            raise UnrecognisedHistory(f"neutral message {i} has no known role")
+        i += 1
+    _flush(out, pending)
+    _repair(out)
+    return _system_from(system), out
+
+
+def _same_group(msg: dict[str, Any], group: Any) -> bool:
+    return msg.get(X_GROUP) == group and msg.get("role") in ("tool", "user")
+
+
+def _original(msg: dict[str, Any]) -> Any:
+    items = msg.get(X_ITEMS)
+    return items[0] if isinstance(items, list) and len(items) == 1 else None
+
+
+def _flush(out: list[dict[str, Any]], pending: list[dict[str, Any]]) -> None:
+    if pending:
+        out.append({"role": "user", "content": list(pending)})
+        pending.clear()
+
+
+def _system_from(messages: list[dict[str, Any]]) -> Any:
+    if not messages:
+        return None
+    if not all(m.get(X_SYSTEM) and isinstance(m.get(X_ITEMS), list) for m in messages):
+        return "\n\n".join(t for t in (content_to_text(m.get("content")) for m in messages) if t)
+    if len(messages) == 1:
+        items = messages[0][X_ITEMS]
+        return items[0] if len(items) == 1 and isinstance(items[0], str) else list(items)
+    return [b for m in messages for b in _as_blocks(_system_items(m[X_ITEMS]))]
+
+
+def _system_items(items: list[Any]) -> Any:
+    return items[0] if len(items) == 1 and isinstance(items[0], str) else items
+
+
+def _as_blocks(content: Any) -> list[Any]:
+    if isinstance(content, list):
+        return list(content)
+    if isinstance(content, str) and content:
+        return [{"type": "text", "text": content}]
+    return []
+
+
+def _from_parts(content: Any) -> Any:
+    """Wire content for chat content the core wrote (a string, or parts)."""
+    if not isinstance(content, list):
+        return "" if content is None else content
+    blocks = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "image_url" and isinstance(part.get("image_url"), dict):
+            url = str(part["image_url"].get("url") or "")
+            head, _, data = url.partition(";base64,")
+            if head.startswith("data:") and data:
+                source = {"type": "base64", "media_type": head[5:], "data": data}
+            else:
+                source = {"type": "url", "url": url}
+            blocks.append({"type": "image", "source": source})
+        elif isinstance(part, str):
+            blocks.append({"type": "text", "text": part})
+        else:
+            blocks.append(part)
+    return blocks
+
+
+def _result_to_wire(msg: dict[str, Any]) -> dict[str, Any]:
+    block: dict[str, Any] = msg[X_ITEMS][0]
+    content = msg.get("content")
+    if content == _tool_content(block):
+        return block
+    return {**block, "content": _from_parts(content)}  # the level-1 placeholder
+
+
+def _new_result(msg: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "tool_result",
+        "tool_use_id": str(msg.get("tool_call_id")),
+        "content": _from_parts(msg.get("content")),
+    }
+
+
+def _group_to_wire(
+    group: Sequence[dict[str, Any]], pending: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One user message again from its tool results and the rest of its blocks."""
+    results = [_result_to_wire(m) for m in group if m["role"] == "tool"]
+    rest_msg = next((m for m in group if m["role"] == "user"), None)
+    rest: list[Any] = []
+    envelope: dict[str, Any]
+    if rest_msg is not None:
+        envelope = rest_msg[X_ITEMS][0]
+        content = envelope.get("content")
+        blocks = content if isinstance(content, list) else []
+        originals = [b for b in blocks if b.get("type") == "tool_result"]
+        if not pending and results == originals:
+            return envelope  # nothing changed: the client's own message
+        rest = [b for b in blocks if b.get("type") != "tool_result"]
+    else:
+        envelope = group[0][X_ENVELOPE]
+    content = [*pending, *results, *rest]
+    wire = {k: content if k == "content" else v for k, v in envelope.items()}
+    wire.setdefault("content", content)
+    return wire
+
+
+def _user_to_wire(
+    msg: dict[str, Any], original: Any, pending: list[dict[str, Any]]
+) -> dict[str, Any]:
+    if isinstance(original, dict):
+        if not pending:
+            return original
+        return {**original, "content": [*pending, *_as_blocks(original.get("content"))]}
+    content = _from_parts(msg.get("content"))
+    if pending:
+        content = [*pending, *_as_blocks(content)]
+    return {"role": "user", "content": content}
+
+
+def _assistant_to_wire(msg: dict[str, Any]) -> dict[str, Any] | None:
+    original = _original(msg)
+    calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
+    if not isinstance(original, dict):
+        blocks = _as_blocks(content_to_text(msg.get("content")))
+        blocks += [_tool_use(c) for c in calls]
+        return {"role": "assistant", "content": blocks} if blocks else None
+    known = tool_use_ids(original)
+    extra = [_tool_use(c) for c in calls if c.get("id") not in known]
+    if not extra:
+        return original
+    # The proxy's hidden extract calls join the client's message after its own blocks.
+    return {**original, "content": [*_as_blocks(original.get("content")), *extra]}
+
+
+def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    arguments = function.get("arguments")
+    try:
+        value = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except orjson.JSONDecodeError:
+        value = {}
+    return {
+        "type": "tool_use",
+        "id": str(call.get("id")),
+        "name": str(function.get("name") or ""),
+        "input": value if isinstance(value, dict) else {},
+    }
+
+
+def _repair(out: list[dict[str, Any]]) -> None:
+    """Make a history that lost its start (a summary cut) one Anthropic accepts."""
+    if out and out[0].get("role") == "assistant":
+        out.insert(0, {"role": "user", "content": CONTINUED})
+    for k, msg in enumerate(out):
+        content = msg.get("content")
+        if msg.get("role") != "user" or not isinstance(content, list):
+            continue
+        calls = tool_use_ids(out[k - 1]) if k else set()
+        orphan = [
+            isinstance(b, dict)
+            and b.get("type") == "tool_result"
+            and b.get("tool_use_id") not in calls
+            for b in content
+        ]
+        if not any(orphan):
+            continue
+        # Valid results stay first, as Anthropic requires; orphans become plain text.
+        first = [
+            b
+            for b, o in zip(content, orphan, strict=True)
+            if not o and isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        later = [
+            _orphan_text(b) if o else b
+            for b, o in zip(content, orphan, strict=True)
+            if o or not (isinstance(b, dict) and b.get("type") == "tool_result")
+        ]
+        out[k] = {**msg, "content": [*first, *later]}
+
+
+def _orphan_text(block: dict[str, Any]) -> dict[str, Any]:
+    text = content_to_text(_tool_content(block))
+    return {"type": "text", "text": f"[Result of tool call {block.get('tool_use_id')}]\n{text}"}
