@@ -24,6 +24,7 @@ X_ITEMS = "x_items"  # the original wire objects, never edited
 X_SYSTEM = "x_system"  # the leading message made from the top-level `system`
 X_GROUP = "x_group"  # index of the user message a tool result (or the rest) came from
 X_ENVELOPE = "x_envelope"  # that user message's keys, content left out (None)
+X_FIRST = "x_first"  # made from the client's first message: its history starts here
 
 CONTINUED = "[The conversation before this point is summarised in the system prompt.]"
 
@@ -52,6 +53,8 @@ def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
         else:
             raise UnrecognisedHistory(f"message {i} has no known role")
         previous = msg
+    if messages:
+        out[1 if system is not None else 0][X_FIRST] = True
     return out
 
 
@@ -229,7 +232,8 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
             raise UnrecognisedHistory(f"neutral message {i} has no known role")
         i += 1
     _flush(out, pending)
-    _repair(out)
+    first = next((m for m in messages if m.get("role") != "system"), None)
+    _repair(out, whole=first is not None and bool(first.get(X_FIRST)))
     return _system_from(system), out
 
 
@@ -377,9 +381,9 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _repair(out: list[dict[str, Any]]) -> None:
+def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
     """Make a history that lost its start (a summary cut) one Anthropic accepts."""
-    if out and out[0].get("role") == "assistant":
+    if not whole and out and out[0].get("role") != "user":
         out.insert(0, {"role": "user", "content": CONTINUED})
     for k, msg in enumerate(out):
         content = msg.get("content")
