@@ -117,9 +117,10 @@ def limit_breakpoints(
 ) -> tuple[Any, Any, list[Any]]:
     """(system, tools, messages) with at most `limit` breakpoints; the inputs are not edited.
 
-    Dropped first: the earliest in `messages` (the newest mark the growing prefix), then
-    system blocks but the last (which marks the whole system, summary included), then
-    tools, earliest first. Changed blocks and messages are copies; the rest are the same.
+    Dropped first: the earliest in `messages` (the newest mark the growing prefix); then,
+    in prompt order, tools and system blocks, so the last system mark (the whole system,
+    the summary block included) goes last. A later mark caches everything before it too.
+    Changed blocks and messages are copies; the rest are the very same objects.
     """
     in_messages = list(_message_breakpoints(messages))
     in_system = [i for i, b in enumerate(system) if _marked(b)] if isinstance(system, list) else []
@@ -129,11 +130,7 @@ def limit_breakpoints(
         return system, tools, messages
     drop_messages = in_messages[:excess]
     excess -= len(drop_messages)
-    order = [
-        *(("system", i) for i in in_system[:-1]),
-        *(("tools", i) for i in in_tools),
-        *(("system", i) for i in in_system[-1:]),
-    ]
+    order = [*(("tools", i) for i in in_tools), *(("system", i) for i in in_system)]
     drop_system = {i for area, i in order[:excess] if area == "system"}
     drop_tools = {i for area, i in order[:excess] if area == "tools"}
     if drop_system:

@@ -1,0 +1,312 @@
+"""The rest of a Messages request: summary block, cache breakpoints, the extract tool, checks."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import proxy
+from proxy.extract_tool import TOOL_DEFINITION
+from proxy.wire.messages_request import (
+    EXTRACT_TOOL,
+    MAX_BREAKPOINTS,
+    InvalidRequest,
+    check_request,
+    client_defines_tool,
+    count_breakpoints,
+    inject_tool,
+    is_extract_use,
+    limit_breakpoints,
+    request_error,
+    with_summary,
+)
+
+from ..core.test_purity import FORBIDDEN, imported_roots
+from .messages_cases import SYSTEM_BLOCKS, session, tool_result, tool_use
+
+EPHEMERAL = {"type": "ephemeral"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
+
+# -- tools ----------------------------------------------------------------------------------
+
+CLIENT_TOOLS: list[dict[str, Any]] = [
+    {"name": "Read", "description": "read", "input_schema": {"type": "object"}},
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+    {"type": "bash_20250124", "name": "bash", "cache_control": EPHEMERAL},
+]
+
+
+def test_the_extract_tool_has_anthropics_shape_and_the_shared_description() -> None:
+    assert set(EXTRACT_TOOL) == {"name", "description", "input_schema"}
+    assert EXTRACT_TOOL["name"] == "extract_compacted_tool_result"
+    assert EXTRACT_TOOL["description"] == TOOL_DEFINITION["function"]["description"]
+    schema = EXTRACT_TOOL["input_schema"]
+    assert schema["type"] == "object" and schema["required"] == ["toolcall_id"]
+    assert schema["properties"]["toolcall_id"]["type"] == "string"
+
+
+@pytest.mark.parametrize("tools", [None, [], CLIENT_TOOLS, "junk"])
+def test_inject_appends_ours_after_the_clients_tools_unchanged(tools: Any) -> None:
+    before = copy.deepcopy(tools)
+    out = inject_tool(tools)
+    assert out[-1] == EXTRACT_TOOL and out[-1] is not EXTRACT_TOOL
+    assert out[:-1] == (tools if isinstance(tools, list) else [])
+    assert tools == before
+
+
+@pytest.mark.parametrize(
+    ("tools", "defined"),
+    [
+        (None, False),
+        (CLIENT_TOOLS, False),
+        ([*CLIENT_TOOLS, {"name": "extract_compacted_tool_result", "input_schema": {}}], True),
+        ([{"type": "function", "function": {"name": "extract_compacted_tool_result"}}], False),
+        (["junk", 3], False),
+    ],
+)
+def test_a_client_tool_of_our_name_is_recognised(tools: Any, defined: bool) -> None:
+    assert client_defines_tool(tools) is defined
+
+
+@pytest.mark.parametrize(
+    ("block", "extract"),
+    [
+        (tool_use("t", name="extract_compacted_tool_result", toolcall_id="x"), True),
+        (tool_use("t"), False),
+        ({"type": "server_tool_use", "name": "extract_compacted_tool_result"}, False),
+        ("junk", False),
+    ],
+)
+def test_extract_calls_are_recognised_by_block(block: Any, extract: bool) -> None:
+    assert is_extract_use(block) is extract
+
+
+# -- the summary ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("system", "messages", "expected_head", "mark"),
+    [
+        (None, [], [], EPHEMERAL),
+        ("", [], [], EPHEMERAL),
+        ("You are CC.", [], [{"type": "text", "text": "You are CC."}], EPHEMERAL),
+        (SYSTEM_BLOCKS, [], SYSTEM_BLOCKS, EPHEMERAL),
+        (
+            [{"type": "text", "text": "a", "cache_control": HOUR}, {"type": "text", "text": "b"}],
+            [],
+            [{"type": "text", "text": "a", "cache_control": HOUR}, {"type": "text", "text": "b"}],
+            HOUR,
+        ),
+        (
+            "plain",
+            [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": HOUR}]}],
+            [{"type": "text", "text": "plain"}],
+            HOUR,
+        ),
+    ],
+)
+def test_the_summary_follows_the_clients_system_and_marks_a_stable_prefix(
+    system: Any, messages: Any, expected_head: Any, mark: Any
+) -> None:
+    before = copy.deepcopy(system)
+    out = with_summary(system, "SUMMARY", messages)
+    assert out[:-1] == expected_head
+    assert out[-1] == {"type": "text", "text": "SUMMARY", "cache_control": mark}
+    assert system == before
+    if isinstance(system, list):
+        assert all(a is b for a, b in zip(out, system, strict=False))
+
+
+# -- cache breakpoints ----------------------------------------------------------------------
+
+
+def marked_text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "cache_control": EPHEMERAL}
+
+
+def test_a_request_within_the_limit_is_returned_as_it_is() -> None:
+    msgs = session()
+    system, tools, out = limit_breakpoints(SYSTEM_BLOCKS, CLIENT_TOOLS, msgs)
+    assert count_breakpoints(SYSTEM_BLOCKS, CLIENT_TOOLS, msgs) == 5
+    system, tools, out = limit_breakpoints(SYSTEM_BLOCKS, CLIENT_TOOLS[:2], msgs)
+    assert (system, tools, out) == (SYSTEM_BLOCKS, CLIENT_TOOLS[:2], msgs)
+    assert out is msgs
+
+
+def test_the_earliest_message_breakpoints_go_first() -> None:
+    msgs = session()  # breakpoints on a tool_result (message 2) and on message 7
+    frozen = orjson.dumps(msgs)
+    summary_system = with_summary(SYSTEM_BLOCKS, "S", msgs)  # 3 breakpoints in system
+    tools_in = CLIENT_TOOLS[:2]
+    system, tools, out = limit_breakpoints(summary_system, tools_in, msgs)
+    assert count_breakpoints(system, tools, out) == MAX_BREAKPOINTS
+    assert system is summary_system and tools is tools_in  # 3 + the newest 1 fit
+    assert "cache_control" not in out[2]["content"][1]
+    assert out[7]["content"][1]["cache_control"] == EPHEMERAL
+    assert out[2]["content"][0] is msgs[2]["content"][0]
+    assert [out[i] is msgs[i] for i in range(len(msgs))].count(False) == 1
+    assert orjson.dumps(msgs) == frozen
+    # With the client's tool breakpoint too, both message breakpoints go.
+    system, tools, out = limit_breakpoints(summary_system, CLIENT_TOOLS, msgs)
+    assert count_breakpoints(system, tools, out) == MAX_BREAKPOINTS
+    assert count_breakpoints(None, None, out) == 0 and tools is CLIENT_TOOLS
+
+
+def test_then_tools_and_system_go_in_prompt_order() -> None:
+    system_in = [marked_text("a"), marked_text("b"), marked_text("c"), marked_text("summary")]
+    tools_in = [{**t, "cache_control": EPHEMERAL} for t in CLIENT_TOOLS]
+    msgs = [{"role": "user", "content": [marked_text("q")]}]
+    system, tools, out = limit_breakpoints(system_in, tools_in, msgs)
+    assert count_breakpoints(system, tools, out) == 4
+    assert "cache_control" not in out[0]["content"][0]
+    assert [("cache_control" in t) for t in tools] == [False, False, False]
+    assert [("cache_control" in b) for b in system] == [True, True, True, True]
+    system, tools, out = limit_breakpoints(system_in, tools_in, msgs, limit=1)
+    assert [("cache_control" in b) for b in system] == [False, False, False, True]
+    assert count_breakpoints(system, tools, out) == 1
+    assert all("cache_control" in b for b in system_in)  # the inputs are not edited
+    assert all("cache_control" in t for t in tools_in)
+
+
+def test_nested_tool_result_breakpoints_count_and_can_be_dropped() -> None:
+    nested = {
+        "role": "user",
+        "content": [tool_result("t1", [marked_text("x"), marked_text("y")]), marked_text("z")],
+    }
+    msgs = [{"role": "assistant", "content": [tool_use("t1")]}, nested]
+    assert count_breakpoints(None, None, msgs) == 3
+    _, _, out = limit_breakpoints(None, None, msgs, limit=1)
+    inner = out[1]["content"][0]["content"]
+    assert ["cache_control" in b for b in inner] == [False, False]
+    assert out[1]["content"][1]["cache_control"] == EPHEMERAL
+    assert "cache_control" in nested["content"][0]["content"][0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.booleans(), max_size=6),
+    st.lists(st.booleans(), max_size=6),
+    st.lists(st.lists(st.booleans(), max_size=4), max_size=6),
+)
+def test_any_request_ends_within_the_limit_keeping_the_newest_marks(
+    system_marks: list[bool], tool_marks: list[bool], message_marks: list[list[bool]]
+) -> None:
+    def block(i: int, marked: bool) -> dict[str, Any]:
+        return marked_text(str(i)) if marked else {"type": "text", "text": str(i)}
+
+    system = [block(i, m) for i, m in enumerate(system_marks)]
+    tools = [{"name": f"t{i}", **({"cache_control": EPHEMERAL} if m else {})} for i, m in
+             enumerate(tool_marks)]  # fmt: skip
+    msgs = [
+        {"role": "user", "content": [block(j, m) for j, m in enumerate(marks)]}
+        for marks in message_marks
+    ]
+    total = count_breakpoints(system, tools, msgs)
+    new_system, new_tools, new_msgs = limit_breakpoints(system, tools, msgs)
+    kept = count_breakpoints(new_system, new_tools, new_msgs)
+    assert kept == min(total, MAX_BREAKPOINTS)
+    in_messages = [(k, b) for k, m in enumerate(msgs) for b, x in enumerate(m["content"])
+                   if "cache_control" in x]  # fmt: skip
+    still = [(k, b) for k, b in in_messages if "cache_control" in new_msgs[k]["content"][b]]
+    assert still == in_messages[len(in_messages) - len(still) :]  # the newest survive
+    if any(system_marks):  # the last system mark is the last to go
+        last = max(i for i, m in enumerate(system_marks) if m)
+        assert "cache_control" in new_system[last]
+    for before, after in zip(msgs, new_msgs, strict=True):
+        assert [b["text"] for b in before["content"]] == [b["text"] for b in after["content"]]
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    return {"model": "claude", "max_tokens": 10, **fields}
+
+
+CALL = {"role": "assistant", "content": [tool_use("toolu_1")]}
+
+
+@pytest.mark.parametrize(
+    ("request_body", "message"),
+    [
+        ([], "The request body must be a JSON object."),
+        (body(), "messages: Input should be a valid list"),
+        (body(messages="hi"), "messages: Input should be a valid list"),
+        (body(messages=[]), "messages: at least one message is required"),
+        (body(messages=["hi"]), "messages.0: Input should be an object"),
+        (body(messages=[{"role": "bot", "content": "x"}]), "messages.0.role: Input should be"),
+        (body(messages=[{"role": "user"}]), "messages.0.content: Input should be a string"),
+        (body(messages=[{"role": "user", "content": [{"text": "x"}]}]), "content.0.type: Field"),
+        (body(messages=[{"role": "user", "content": [7]}]), "content.0: Input should be an object"),
+        (
+            body(messages=[{"role": "user", "content": [{"type": "text", "text": 3}]}]),
+            "messages.0.content.0.text: Field required",
+        ),
+        (
+            body(messages=[{"role": "user", "content": [tool_result("toolu_9")]}]),
+            "messages.0.content.0: unexpected `tool_use_id` in a `tool_result` block: toolu_9.",
+        ),
+        (
+            body(messages=[CALL, {"role": "user", "content": [tool_result("toolu_2")]}]),
+            "unexpected `tool_use_id`",
+        ),
+        (
+            body(messages=[CALL, {"role": "user", "content": [{"type": "tool_result"}]}]),
+            "messages.1.content.0.tool_result.tool_use_id: Field required",
+        ),
+        (
+            body(messages=[CALL, {"role": "user", "content": [tool_result("toolu_1", 5)]}]),
+            "messages.1.content.0.tool_result.content: Input should be a string or a list",
+        ),
+        (
+            body(messages=[CALL, {"role": "user", "content": [tool_result("toolu_1", [{}])]}]),
+            "messages.1.content.0.tool_result.content.0.type: Field required",
+        ),
+        (
+            body(messages=[{"role": "assistant", "content": [{"type": "tool_use", "id": "x"}]}]),
+            "messages.0.content.0.tool_use.name: Field required",
+        ),
+        (
+            body(messages=[{"role": "assistant", "content": [{**tool_use("x"), "input": []}]}]),
+            "messages.0.content.0.tool_use.input: Input should be an object",
+        ),
+        (body(system=5, messages=[{"role": "user", "content": "x"}]), "system: Input should be"),
+        (body(system=[{"type": "image"}], messages=[{"role": "user", "content": "x"}]), "system.0"),
+        (
+            body(system=[{"type": "text"}], messages=[{"role": "user", "content": "x"}]),
+            "system.0.text: Field required",
+        ),
+    ],
+)
+def test_malformed_bodies_are_refused_with_a_message_naming_the_place(
+    request_body: Any, message: str
+) -> None:
+    error = request_error(request_body)
+    assert error is not None and message in error
+    with pytest.raises(InvalidRequest):
+        check_request(request_body)
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        body(system=SYSTEM_BLOCKS, messages=session()),
+        body(system="plain", messages=[{"role": "user", "content": "hi"}]),
+        body(system=None, messages=[{"role": "assistant", "content": "prefill"}]),
+        body(messages=[{"role": "user", "content": [{"type": "brand_new_block", "x": 1}]}]),
+    ],
+)
+def test_well_formed_bodies_pass(request_body: Any) -> None:
+    assert request_error(request_body) is None
+
+
+@pytest.mark.parametrize("name", ["messages_blocks", "messages_request", "messages_stream"])
+def test_the_messages_adapter_is_pure(name: str) -> None:
+    path = Path(proxy.__file__).parent / "wire" / f"{name}.py"
+    assert imported_roots(path) & FORBIDDEN == set()

@@ -1,0 +1,486 @@
+"""One client message over several upstream Messages rounds: stream relay, merge, usage."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.sse import SSEDecoder
+from proxy.wire.messages_stream import (
+    MessagesRelay,
+    error_event,
+    merge_messages,
+    usage_sum,
+    usage_total,
+)
+
+from .messages_cases import SIG
+
+EXTRACT = "extract_compacted_tool_result"
+
+
+def sse(name: str, data: Any) -> bytes:
+    return f"event: {name}\ndata: {orjson.dumps(data).decode()}\n\n".encode()
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def thinking(value: str, signature: str = SIG) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": value, "signature": signature}
+
+
+def use(call_id: str, name: str = "Read", **input: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": input}
+
+
+def extract(call_id: str, target: str = "toolu_1") -> dict[str, Any]:
+    return use(call_id, EXTRACT, toolcall_id=target)
+
+
+def stream(
+    msg_id: str,
+    blocks: list[dict[str, Any]],
+    stop: str,
+    usage: dict[str, int],
+    *,
+    output: int = 7,
+) -> bytes:
+    """A Messages stream as Anthropic writes it: each block started empty, then deltas."""
+    start_usage = {**usage, "output_tokens": 1}
+    message = {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
+    out = [sse("message_start", {"type": "message_start", "message": message})]
+    out.append(sse("ping", {"type": "ping"}))
+    for i, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            empty, deltas = (
+                {"type": "text", "text": ""},
+                [
+                    {"type": "text_delta", "text": block["text"][:3]},
+                    {"type": "text_delta", "text": block["text"][3:]},
+                ],
+            )
+        elif kind == "thinking":
+            empty, deltas = (
+                {"type": "thinking", "thinking": "", "signature": ""},
+                [
+                    {"type": "thinking_delta", "thinking": block["thinking"]},
+                    {"type": "signature_delta", "signature": block["signature"]},
+                ],
+            )
+        else:
+            raw = orjson.dumps(block["input"]).decode()
+            empty = {**block, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": raw[:5]},
+                {"type": "input_json_delta", "partial_json": raw[5:]},
+            ]
+        out.append(
+            sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": empty},
+            )
+        )
+        for delta in deltas:
+            out.append(
+                sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": delta},
+                )
+            )
+        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+    out.append(
+        sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": output},
+            },
+        )
+    )
+    out.append(sse("message_stop", {"type": "message_stop"}))
+    return b"".join(out)  # fmt: skip
+
+
+def relay_round(relay: MessagesRelay, data: bytes, cuts: list[int] | None = None) -> bytes:
+    """Feed one upstream stream, split at `cuts`, through a real SSE decoder."""
+    decoder = SSEDecoder()
+    sent = []
+    bounds = [0, *sorted(c for c in cuts or [] if 0 < c < len(data)), len(data)]
+    for a, b in itertools.pairwise(bounds):
+        for event in decoder.feed(data[a:b]):
+            sent.extend(relay.feed(event.event, event.data, event.raw))
+    for event in decoder.flush():
+        sent.extend(relay.feed(event.event, event.data, event.raw))
+    return b"".join(sent)
+
+
+def client_view(data: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The client's events, and the message a client folds them into (checked strictly)."""
+    events = [orjson.loads(e.data) for e in SSEDecoder().feed(data) if e.data is not None]
+    message: dict[str, Any] = {}
+    open_blocks: dict[int, str] = {}
+    for ev in events:
+        kind = ev["type"]
+        if kind == "message_start":
+            assert not message, "a second message_start"
+            message = {**ev["message"], "content": []}
+        elif kind == "content_block_start":
+            assert ev["index"] == len(message["content"]), "indices not consecutive"
+            message["content"].append(dict(ev["content_block"]))
+            open_blocks[ev["index"]] = ""
+        elif kind == "content_block_delta":
+            block, delta = message["content"][ev["index"]], ev["delta"]
+            assert ev["index"] in open_blocks
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] += delta["signature"]
+            else:
+                open_blocks[ev["index"]] += delta["partial_json"]
+        elif kind == "content_block_stop":
+            partial = open_blocks.pop(ev["index"])
+            if partial:
+                message["content"][ev["index"]]["input"] = orjson.loads(partial)
+        elif kind == "message_delta":
+            message.update(ev["delta"])
+            message["usage"] = {**message["usage"], **ev["usage"]}
+        elif kind == "message_stop":
+            message["stopped"] = True
+    assert not open_blocks
+    return events, message
+
+
+USAGE_1 = {"input_tokens": 100, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 50}
+USAGE_2 = {"input_tokens": 40, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 160}
+
+
+# -- streaming ------------------------------------------------------------------------------
+
+
+def test_a_single_round_passes_byte_for_byte() -> None:
+    upstream = stream("msg_1", [thinking("hm"), text("Hello there"), use("toolu_1", p="a")],
+                      "tool_use", USAGE_1)  # fmt: skip
+    relay = MessagesRelay()
+    sent = relay_round(relay, upstream, cuts=[7, 100, 101, 333])
+    rnd = relay.end_round()
+    assert sent + relay.finish() == upstream
+    assert not rnd.only_extract and rnd.hidden == []
+    assert rnd.content == [thinking("hm"), text("Hello there"), use("toolu_1", p="a")]
+    assert rnd.usage == {**USAGE_1, "output_tokens": 7}
+    assert rnd.stop_reason == "tool_use"
+
+
+def test_an_extract_round_is_hidden_and_the_next_round_continues_the_message() -> None:
+    relay = MessagesRelay()
+    first = relay_round(
+        relay,
+        stream("msg_1", [thinking("need it"), text("Let me look."), extract("toolu_x")],
+               "tool_use", USAGE_1, output=20),
+    )  # fmt: skip
+    rnd = relay.end_round()
+    assert rnd.only_extract
+    assert rnd.hidden == [extract("toolu_x")]  # input rebuilt from the json deltas
+    assert rnd.message["id"] == "msg_1" and rnd.content[-1] == extract("toolu_x")
+    second = relay_round(
+        relay, stream("msg_2", [text("Found it."), use("toolu_2", q=1)], "tool_use", USAGE_2)
+    )
+    relay.end_round()
+    events, message = client_view(first + second + relay.finish())
+    assert [e["type"] for e in events].count("message_start") == 1
+    assert message["id"] == "msg_1"
+    assert message["content"] == [
+        thinking("need it"),
+        text("Let me look."),
+        text("Found it."),
+        use("toolu_2", q=1),
+    ]
+    assert message["stop_reason"] == "tool_use" and message["stopped"]
+    assert message["usage"] == {
+        "input_tokens": 140,
+        "cache_creation_input_tokens": 10,
+        "cache_read_input_tokens": 210,
+        "output_tokens": 27,
+    }
+    assert [e["type"] for e in events].count("message_stop") == 1
+    assert [e["type"] for e in events].count("ping") == 2
+
+
+def test_a_mixed_round_shows_only_the_clients_calls_renumbered() -> None:
+    relay = MessagesRelay()
+    sent = relay_round(
+        relay,
+        stream("msg_1", [extract("toolu_x"), use("toolu_1", a=1), use("toolu_2", b=2)],
+               "tool_use", USAGE_1),
+    )  # fmt: skip
+    rnd = relay.end_round()
+    assert not rnd.only_extract
+    assert [b["id"] for b in rnd.hidden] == ["toolu_x"]
+    assert [b["id"] for b in rnd.visible] == ["toolu_1", "toolu_2"]
+    _, message = client_view(sent + relay.finish())
+    assert message["content"] == [use("toolu_1", a=1), use("toolu_2", b=2)]
+    assert message["stop_reason"] == "tool_use"
+    assert message["usage"]["output_tokens"] == 7
+
+
+def test_when_rounds_run_out_a_hidden_only_call_ends_the_turn() -> None:
+    relay = MessagesRelay()
+    sent = relay_round(relay, stream("msg_1", [text("Let me see"), extract("t")], "tool_use",
+                                     USAGE_1))  # fmt: skip
+    assert relay.end_round().only_extract
+    _, message = client_view(sent + relay.finish())
+    assert message["content"] == [text("Let me see")]
+    assert message["stop_reason"] == "end_turn"
+
+
+def test_finish_closes_a_round_that_was_not_ended() -> None:
+    relay = MessagesRelay()
+    sent = relay_round(relay, stream("msg_1", [extract("t")], "tool_use", USAGE_1))
+    _, message = client_view(sent + relay.finish())
+    assert message["content"] == [] and message["stop_reason"] == "end_turn"
+    assert len(relay.rounds) == 1
+
+
+def test_a_client_that_defines_our_tool_sees_its_calls() -> None:
+    relay = MessagesRelay(hide=False)
+    upstream = stream("msg_1", [extract("t")], "tool_use", USAGE_1)
+    sent = relay_round(relay, upstream)
+    rnd = relay.end_round()
+    assert rnd.hidden == [] and not rnd.only_extract
+    assert sent + relay.finish() == upstream
+
+
+@pytest.mark.parametrize(
+    ("event", "data"),
+    [
+        (None, None),  # a comment
+        ("ping", '{"type": "ping"}'),
+        ("error", '{"type": "error", "error": {"type": "overloaded_error", "message": "x"}}'),
+        ("brand_new_event", '{"type": "brand_new_event"}'),
+        ("content_block_delta", "not json"),
+        ("content_block_delta", "[1, 2]"),
+        ("content_block_delta", '{"type": "content_block_delta", "index": 9, "delta": {}}'),
+        ("content_block_stop", '{"type": "content_block_stop", "index": "zero"}'),
+    ],
+)
+def test_other_events_pass_unchanged(event: str | None, data: str | None) -> None:
+    relay = MessagesRelay()
+    relay_round(relay, stream("msg_1", [extract("t")], "tool_use", USAGE_1))
+    raw = b"whatever raw bytes\n\n"
+    assert relay.feed(event, data, raw) == [raw]
+
+
+def test_thinking_signatures_and_citations_are_folded_exactly() -> None:
+    relay = MessagesRelay()
+    citation = {"type": "char_location", "cited_text": "x", "document_index": 0}
+    events = [
+        sse("message_start", {"type": "message_start", "message": {"id": "m", "content": []}}),
+        sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "thinking", "thinking": "",
+                                                      "signature": ""}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                    "delta": {"type": "thinking_delta", "thinking": "a\nb"}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                    "delta": {"type": "signature_delta", "signature": SIG}}),
+        sse("content_block_start", {"type": "content_block_start", "index": 1,
+                                    "content_block": {"type": "text", "text": "",
+                                                      "citations": None}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                    "delta": {"type": "citations_delta", "citation": citation}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                    "delta": {"type": "text_delta", "text": "cited"}}),
+    ]  # fmt: skip
+    relay_round(relay, b"".join(events))
+    rnd = relay.end_round()
+    assert rnd.content == [
+        {"type": "thinking", "thinking": "a\nb", "signature": SIG},
+        {"type": "text", "text": "cited", "citations": [citation]},
+    ]
+
+
+def test_a_stream_cut_inside_tool_arguments_leaves_an_empty_input() -> None:
+    relay = MessagesRelay()
+    upstream = stream("msg_1", [use("toolu_1", path="/a")], "tool_use", USAGE_1)
+    first_delta = upstream.index(b"input_json_delta")  # the stream ends after this event
+    relay_round(relay, upstream[: upstream.index(b"\n\n", first_delta) + 2])
+    assert relay.end_round().content == [use("toolu_1")]
+
+
+def test_error_event_is_an_anthropic_error() -> None:
+    data = error_event("api_error", "The upstream connection failed")
+    (event,) = SSEDecoder().feed(data)
+    assert event.event == "error"
+    assert orjson.loads(event.data or "") == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "The upstream connection failed"},
+    }
+
+
+block_kinds = st.sampled_from(["text", "thinking", "use", "extract"])
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(st.lists(block_kinds, min_size=1, max_size=4), min_size=1, max_size=4),
+    st.lists(st.integers(0, 5000), max_size=12),
+)
+def test_any_rounds_make_one_well_formed_message(rounds: list[list[str]], cuts: list[int]) -> None:
+    relay = MessagesRelay()
+    sent = b""
+    expected: list[dict[str, Any]] = []
+    for r, kinds in enumerate(rounds):
+        blocks = []
+        for b, kind in enumerate(kinds):
+            name = f"{r}.{b}"
+            block = {
+                "text": text("text " + name),
+                "thinking": thinking("thought " + name, SIG + name),
+                "use": use("toolu_" + name, n=name),
+                "extract": extract("toolu_" + name, name),
+            }[kind]
+            blocks.append(block)
+            if kind != "extract":
+                expected.append(block)
+        stop = "tool_use" if {"use", "extract"} & set(kinds) else "end_turn"
+        sent += relay_round(relay, stream(f"msg_{r}", blocks, stop, USAGE_1), cuts)
+        rnd = relay.end_round()
+        assert rnd.only_extract == ("extract" in kinds and "use" not in kinds)
+    _, message = client_view(sent + relay.finish())
+    assert message["id"] == "msg_0" and message["stopped"]
+    assert message["content"] == expected
+    last = rounds[-1]
+    assert message["stop_reason"] == ("tool_use" if "use" in last else "end_turn")
+    assert message["usage"]["input_tokens"] == 100 * len(rounds)
+    assert message["usage"]["output_tokens"] == 7 * len(rounds)
+
+
+# -- non-streamed ---------------------------------------------------------------------------
+
+
+def reply(msg_id: str, content: list[Any], stop: str, usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def test_one_plain_reply_is_returned_as_it_is() -> None:
+    only = reply("msg_1", [text("hi")], "end_turn", {**USAGE_1, "output_tokens": 3})
+    assert merge_messages([only]) is only
+
+
+def test_rounds_merge_into_one_reply() -> None:
+    first = reply(
+        "msg_1",
+        [text("Let me look."), extract("toolu_x")],
+        "tool_use",
+        {**USAGE_1, "output_tokens": 20, "server_tool_use": {"web_search_requests": 1}},
+    )
+    second = reply(
+        "msg_2",
+        [text("Found.")],
+        "end_turn",
+        {**USAGE_2, "output_tokens": 7, "server_tool_use": {"web_search_requests": 2}},
+    )
+    merged = merge_messages([first, second])  # fmt: skip
+    assert merged["id"] == "msg_1"
+    assert merged["content"] == [text("Let me look."), text("Found.")]
+    assert merged["stop_reason"] == "end_turn"
+    assert merged["usage"] == {
+        "input_tokens": 140,
+        "cache_creation_input_tokens": 10,
+        "cache_read_input_tokens": 210,
+        "output_tokens": 27,
+        "server_tool_use": {"web_search_requests": 3},
+    }
+    assert first["content"][-1] == extract("toolu_x")  # the rounds are not edited
+
+
+@pytest.mark.parametrize(
+    ("content", "stop", "expected_content", "expected_stop"),
+    [
+        ([extract("x")], "tool_use", [], "end_turn"),
+        ([extract("x"), use("toolu_1")], "tool_use", [use("toolu_1")], "tool_use"),
+        ([text("a"), extract("x")], "max_tokens", [text("a")], "max_tokens"),
+    ],
+)
+def test_a_reply_with_hidden_calls_shows_the_rest(
+    content: Any, stop: str, expected_content: Any, expected_stop: str
+) -> None:
+    merged = merge_messages([reply("m", content, stop, dict(USAGE_1))])
+    assert merged["content"] == expected_content
+    assert merged["stop_reason"] == expected_stop
+    assert merge_messages([reply("m", content, stop, dict(USAGE_1))], hide=False)["content"] == (
+        content
+    )
+
+
+def test_merging_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least one round"):
+        merge_messages([])
+
+
+# -- usage ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("usage", "total"),
+    [
+        ({"input_tokens": 10, "output_tokens": 5}, 15),
+        ({**USAGE_1, "output_tokens": 5}, 165),
+        ({**USAGE_1, "output_tokens": 5, "cache_read_input_tokens": None}, 115),
+        ({"input_tokens": 10}, None),
+        ({"input_tokens": 10, "output_tokens": -1}, None),
+        ({"input_tokens": True, "output_tokens": 1}, None),
+        ({"input_tokens": "10", "output_tokens": 1}, None),
+        ({"input_tokens": 1, "output_tokens": 1, "cache_read_input_tokens": 2.5}, None),
+        (None, None),
+        ([1], None),
+    ],
+)
+def test_usage_total_counts_every_input_and_output_token(usage: Any, total: int | None) -> None:
+    assert usage_total(usage) == total
+
+
+def test_usage_sum_adds_counts_and_keeps_the_rest_of_the_last() -> None:
+    a = {
+        "input_tokens": 1,
+        "output_tokens": 2,
+        "service_tier": "standard",
+        "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 0},
+    }
+    b = {"input_tokens": 4, "output_tokens": 5, "service_tier": "priority",
+         "cache_creation": {"ephemeral_5m_input_tokens": 6}}  # fmt: skip
+    assert usage_sum([a, None, b]) == {
+        "input_tokens": 5,
+        "output_tokens": 7,
+        "service_tier": "priority",
+        "cache_creation": {"ephemeral_5m_input_tokens": 9, "ephemeral_1h_input_tokens": 0},
+    }
+    assert usage_sum([a]) is a
+    assert usage_sum([None]) is None
