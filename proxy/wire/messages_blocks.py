@@ -4,8 +4,14 @@
 originals under `x_items`; `from_neutral` turns them back: verbatim where nothing changed,
 with the level-1 placeholders, the proxy's hidden extract calls, and the repairs a summary
 cut needs (every `tool_result` right after its `tool_use`, a user message first).
-Pure: no I/O. The rest of a request (summary, cache breakpoints, tools, checks) is in
-`proxy.wire.messages_request`.
+
+The mapping: `system` -> one leading system message; an assistant message -> one assistant
+message (text as content, `tool_use` blocks as tool_calls, thinking as reasoning_content);
+a user message -> one tool message per `tool_result` block, then a user message for its
+other blocks, all marked with the index of the message they came from (`x_group`) so they
+are regrouped; a mid-conversation `system` message -> a user message holding it, so it keeps
+its place. Pure: no I/O. The rest of a request (summary, cache breakpoints, tools, checks)
+is in `proxy.wire.messages_request`.
 """
 
 from __future__ import annotations
@@ -192,8 +198,10 @@ def _json(value: Any) -> str:
 def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
     """(`system`, `messages`) for the upstream: originals verbatim, changes applied.
 
-    System messages without originals (the core's rendering of a summary) come back as
-    text; the pipeline places a summary with `with_summary` instead.
+    `system` is None when there is no system message. A system message without originals
+    (the core's rendering of a summary with the client's system) comes back as plain text:
+    the pipeline should pass the messages after it and build `system` with `with_summary`,
+    which keeps the client's blocks and their cache marks.
     """
     system: list[dict[str, Any]] = []
     out: list[dict[str, Any]] = []

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from proxy.compact import placeholder_for
 from proxy.conversation_message import message_chars
-from proxy.session import UnrecognisedHistory, apply_compaction, rebuild, record_turn, validate
+from proxy.extract_tool import answer, split_calls
+from proxy.session import (
+    UnrecognisedHistory,
+    add_hidden,
+    apply_compaction,
+    rebuild,
+    record_turn,
+    validate,
+)
 from proxy.wire.messages_blocks import (
     CONTINUED,
     X_GROUP,
@@ -437,3 +445,42 @@ def test_original_dicts_are_never_edited() -> None:
             neutral[i] = {**m, "content": "[Compacted]"}
     from_neutral(neutral[5:])
     assert msgs == frozen
+
+
+def test_a_mixed_round_is_replayed_through_the_session_state() -> None:
+    """The pipeline's path for extract calls mixed with the client's own, with the real core."""
+    msgs = session()
+    neutral = to_neutral(SYSTEM_BLOCKS, msgs)
+    rb = rebuild(neutral, None)
+    rb.conversation.compact_toolcall(keep_max=0)
+    apply_compaction(rb)
+    model_reply = {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "need toolu_1", "signature": SIG},
+            tool_use("toolu_x", name="extract_compacted_tool_result", toolcall_id="toolu_1"),
+            tool_use("toolu_9", command="ls"),
+        ],
+    }
+    calls = reply_to_neutral(model_reply)["tool_calls"]
+    own, ext = split_calls(calls)
+    answers = [{"role": "tool", "tool_call_id": c["id"], "content": answer(c, rb.originals)}
+               for c in ext]  # fmt: skip
+    assert answers[0]["content"] == "A" * 300  # the original, from the client's own message
+    add_hidden(rb.state, len(neutral), own, ext, answers)
+    state = record_turn(rb, total_tokens=5000)
+    # The client saw thinking + its own call, and answers that call.
+    seen = {
+        "role": "assistant",
+        "content": [model_reply["content"][0], tool_use("toolu_9", command="ls")],
+    }
+    more = [*msgs, seen, {"role": "user", "content": [tool_result("toolu_9", "files")]}]
+    sent = rebuild(to_neutral(SYSTEM_BLOCKS, more), state).upstream_messages()
+    _, out = from_neutral(sent)
+    assert out[-2]["content"] == [*seen["content"], model_reply["content"][1]]
+    assert out[-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_x", "content": "A" * 300},
+        tool_result("toolu_9", "files"),
+    ]
+    assert out[2]["content"][0]["content"] == placeholder_for("toolu_1")
+    assert anthropic_errors(out) == []
