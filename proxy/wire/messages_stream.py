@@ -4,7 +4,8 @@ When the model calls the proxy's extract tool, the proxy answers and asks again,
 client must still see one message: `message_start` from the first round only, extract
 `tool_use` blocks hidden, block indices consecutive across rounds, and one closing
 `message_delta` + `message_stop` carrying the last round's stop reason and the usage of all
-rounds. `merge_messages` does the same for non-streamed replies. Pure: no I/O.
+rounds. `merge_messages` does the same for non-streamed replies; `reply_round` reads one
+reply as the pipeline's `Round` (`proxy.wire.base`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from proxy.wire.base import Round, Usage
+from proxy.wire.messages_blocks import reply_to_neutral
 from proxy.wire.messages_request import is_extract_use
 
 TOKEN_FIELDS = (
@@ -49,6 +52,21 @@ def usage_total(usage: Any) -> int | None:
             return None
         total += counted
     return total
+
+
+def usage_of(usage: Any) -> Usage | None:
+    """Messages usage as the trigger and the cost model read it (None when unreadable).
+
+    The prompt is every input token, cached or not: Anthropic counts cache reads and cache
+    writes apart from `input_tokens`.
+    """
+    total = usage_total(usage)
+    if total is None:
+        return None
+    read = _count(usage.get("cache_read_input_tokens")) or 0
+    written = _count(usage.get("cache_creation_input_tokens")) or 0
+    prompt = usage["input_tokens"] + read + written
+    return Usage(total=total, prompt=prompt, cached=read, output=usage["output_tokens"])
 
 
 def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
@@ -93,53 +111,53 @@ def merge_messages(rounds: list[dict[str, Any]], hide: bool = True) -> dict[str,
     """Non-streamed rounds as the one message the client sees (`id` of the first)."""
     if not rounds:
         raise ValueError("merge_messages needs at least one round")
-    hidden = [b for r in rounds for b in r.get("content") or [] if hide and is_extract_use(b)]
-    if len(rounds) == 1 and not hidden:
+    parts = [_split(r.get("content") or [], hide) for r in rounds]
+    if len(rounds) == 1 and not parts[0][1]:
         return rounds[0]
-    content = [b for r in rounds for b in r.get("content") or [] if not any(b is h for h in hidden)]
     last = rounds[-1]
-    merged = {**rounds[0], "content": content}
+    merged = {**rounds[0], "content": [b for visible, _ in parts for b in visible]}
     for name in ("stop_reason", "stop_sequence", "stop_details", "container"):
         if name in last:
             merged[name] = last[name]
-    last_content = last.get("content") or []
-    last_visible = [b for b in last_content if not any(b is h for h in hidden)]
-    last_hidden = [b for b in last_content if any(b is h for h in hidden)]
-    merged["stop_reason"] = _stop_reason(merged.get("stop_reason"), last_visible, last_hidden)
+    merged["stop_reason"] = _stop_reason(merged.get("stop_reason"), *parts[-1])
     usage = usage_sum([r.get("usage") for r in rounds])
     if usage is not None:
         merged["usage"] = usage
     return merged
 
 
-@dataclass
-class Round:
-    """What one upstream round said: its reply as a whole message, and its hidden calls."""
+class UnreadableReply(ValueError):
+    """An upstream reply that is not a Messages `message` (no content list)."""
 
-    message: dict[str, Any]
-    hidden: list[dict[str, Any]]
-    visible: list[dict[str, Any]]
 
-    @property
-    def content(self) -> list[dict[str, Any]]:
-        """Every block of the round, hidden extract calls included, in upstream order."""
-        content: list[dict[str, Any]] = self.message.get("content") or []
-        return content
+def _split(content: list[Any], hide: bool) -> tuple[list[Any], list[Any]]:
+    """(the blocks the client sees, the proxy's extract calls)."""
+    hidden = [b for b in content if hide and is_extract_use(b)]
+    return [b for b in content if not any(b is h for h in hidden)], hidden
 
-    @property
-    def usage(self) -> dict[str, Any] | None:
-        usage = self.message.get("usage")
-        return usage if isinstance(usage, dict) else None
 
-    @property
-    def stop_reason(self) -> Any:
-        return self.message.get("stop_reason")
+def _round(reply: dict[str, Any], hide: bool = True) -> Round:
+    visible, hidden = _split(reply.get("content") or [], hide)
+    own_calls = any(isinstance(b, dict) and b.get("type") == "tool_use" for b in visible)
+    only = reply.get("stop_reason") == "tool_use" and bool(hidden) and not own_calls
+    return Round(
+        message=reply_to_neutral(reply),
+        usage=usage_of(reply.get("usage")),
+        only_extract=only,
+        raw=reply,
+    )
 
-    @property
-    def only_extract(self) -> bool:
-        """The round ended asking for extract results and nothing the client must answer."""
-        own_calls = any(b.get("type") == "tool_use" for b in self.visible)
-        return self.stop_reason == "tool_use" and bool(self.hidden) and not own_calls
+
+def reply_round(data: Any) -> Round:
+    """A non-streamed reply as the pipeline's round: neutral message, usage, the reply itself."""
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise UnreadableReply("the reply has no content list")
+    return _round(data)
+
+
+def client_reply(rounds: list[Round], *, injected: bool) -> dict[str, Any]:
+    """The one reply the client sees for non-streamed rounds."""
+    return merge_messages([r.raw for r in rounds], hide=injected)
 
 
 @dataclass
@@ -242,39 +260,41 @@ class MessagesRelay:
             self._message["usage"] = merged
 
     def end_round(self) -> Round:
-        """Close the round fed so far: its reply as a message, with its hidden calls."""
+        """Close the round fed so far: its reply as a whole message (`raw`), hidden calls
+        included, and that reply in neutral form; the next `feed` starts a new round."""
         blocks = [self._blocks[i] for i in sorted(self._blocks)]
         for slot in blocks:
             _finish_input(slot)
-        message = {**self._message, "content": [s.block for s in blocks]}
-        rnd = Round(
-            message=message,
-            hidden=[s.block for s in blocks if s.client_index is None],
-            visible=[s.block for s in blocks if s.client_index is not None],
-        )
-        rnd_closing, rnd_delta = self._closing, self._delta
+        rnd = _round({**self._message, "content": [s.block for s in blocks]}, self.hide)
         self.rounds.append(rnd)
+        self._last_closing, self._last_delta = self._closing, self._delta
         self._reset()
-        self._last_closing, self._last_delta = rnd_closing, rnd_delta
         return rnd
 
-    def finish(self) -> bytes:
-        """The closing `message_delta` and `message_stop` of the client's one message."""
+    def finish(self, *, hidden_last: bool = False) -> list[bytes]:
+        """The closing `message_delta` and `message_stop` of the client's one message.
+
+        The stop reason is the last round's, "end_turn" instead of "tool_use" when that
+        round's only calls were hidden (`hidden_last` says so too); usage is every round's.
+        """
         if self._blocks or self._delta is not None or not self.rounds:
             self.end_round()
         last = self.rounds[-1]
-        reason = _stop_reason(last.stop_reason, last.visible, last.hidden)
-        single = len(self.rounds) == 1 and reason == last.stop_reason
+        reply: dict[str, Any] = last.raw
+        reason = reply.get("stop_reason")
+        if hidden_last and reason == "tool_use":
+            reason = "end_turn"
+        reason = _stop_reason(reason, *_split(reply.get("content") or [], self.hide))
         closing = self._last_closing
-        if single and self._last_delta is not None and len(closing) == 2:
-            return b"".join(closing)  # one round, nothing changed: the upstream's own bytes
+        if len(self.rounds) == 1 and reason == reply.get("stop_reason") and len(closing) == 2:
+            return list(closing)  # one round, nothing changed: the upstream's own bytes
         data = dict(self._last_delta or {"type": "message_delta"})
         delta = data.get("delta")
         data["delta"] = {
             **(delta if isinstance(delta, dict) else {"stop_sequence": None}),
             "stop_reason": reason,
         }
-        usage = usage_sum([r.usage for r in self.rounds])
+        usage = usage_sum([r.raw.get("usage") for r in self.rounds])
         if usage is not None:
             earlier = data.get("usage")
             # message_delta's usage is cumulative: the totals of every round, as one message.
@@ -282,9 +302,27 @@ class MessagesRelay:
                 **(earlier if isinstance(earlier, dict) else {}),
                 **{k: v for k, v in usage.items() if k in (*TOKEN_FIELDS, "server_tool_use")},
             }
-        return encode_event("message_delta", data) + encode_event(
-            "message_stop", {"type": "message_stop"}
-        )
+        return [
+            encode_event("message_delta", data),
+            encode_event("message_stop", {"type": "message_stop"}),
+        ]
+
+    def error(self, body: Any, detail: str | None = None) -> bytes:
+        """An in-stream `error` event: the upstream's own error when it sent one."""
+        return stream_error(body, detail)
+
+
+def stream_error(body: Any, detail: str | None = None) -> bytes:
+    """An `error` event for a stream that broke: the upstream's error object, else ours."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        try:
+            body = orjson.loads(bytes(body))
+        except orjson.JSONDecodeError:
+            body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return encode_event("error", {"type": "error", "error": body["error"]})
+    message = "The upstream connection failed during the stream"
+    return error_event("api_error", f"{message} ({detail})" if detail else message)
 
 
 def _apply_delta(slot: _Block, delta: Any) -> None:

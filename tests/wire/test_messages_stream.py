@@ -10,11 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.extract_tool import split_calls
 from proxy.sse import SSEDecoder
+from proxy.wire.base import StreamRelay, Usage
 from proxy.wire.messages_stream import (
     MessagesRelay,
+    UnreadableReply,
+    client_reply,
     error_event,
     merge_messages,
+    reply_round,
+    stream_error,
+    usage_of,
     usage_sum,
     usage_total,
 )
@@ -183,11 +190,17 @@ def test_a_single_round_passes_byte_for_byte() -> None:
     relay = MessagesRelay()
     sent = relay_round(relay, upstream, cuts=[7, 100, 101, 333])
     rnd = relay.end_round()
-    assert sent + relay.finish() == upstream
-    assert not rnd.only_extract and rnd.hidden == []
-    assert rnd.content == [thinking("hm"), text("Hello there"), use("toolu_1", p="a")]
-    assert rnd.usage == {**USAGE_1, "output_tokens": 7}
-    assert rnd.stop_reason == "tool_use"
+    assert sent + b"".join(relay.finish()) == upstream
+    assert not rnd.only_extract
+    assert rnd.raw["content"] == [thinking("hm"), text("Hello there"), use("toolu_1", p="a")]
+    assert rnd.raw["usage"] == {**USAGE_1, "output_tokens": 7}
+    assert rnd.raw["stop_reason"] == "tool_use"
+    assert rnd.usage == Usage(total=167, prompt=160, cached=50, output=7)
+    # The neutral message the pipeline reads: thinking counted, the call in chat form.
+    assert rnd.message["reasoning_content"] == "hm"
+    assert rnd.message["content"] == "Hello there"
+    assert rnd.message["tool_calls"][0]["function"] == {"name": "Read", "arguments": '{"p":"a"}'}
+    assert rnd.message["x_items"] == [{"role": "assistant", "content": rnd.raw["content"]}]
 
 
 def test_an_extract_round_is_hidden_and_the_next_round_continues_the_message() -> None:
@@ -199,13 +212,14 @@ def test_an_extract_round_is_hidden_and_the_next_round_continues_the_message() -
     )  # fmt: skip
     rnd = relay.end_round()
     assert rnd.only_extract
-    assert rnd.hidden == [extract("toolu_x")]  # input rebuilt from the json deltas
-    assert rnd.message["id"] == "msg_1" and rnd.content[-1] == extract("toolu_x")
+    assert rnd.raw["id"] == "msg_1"
+    assert rnd.raw["content"][-1] == extract("toolu_x")  # input rebuilt from the json deltas
+    assert [c["id"] for c in rnd.message["tool_calls"]] == ["toolu_x"]
     second = relay_round(
         relay, stream("msg_2", [text("Found it."), use("toolu_2", q=1)], "tool_use", USAGE_2)
     )
     relay.end_round()
-    events, message = client_view(first + second + relay.finish())
+    events, message = client_view(first + second + b"".join(relay.finish()))
     assert [e["type"] for e in events].count("message_start") == 1
     assert message["id"] == "msg_1"
     assert message["content"] == [
@@ -234,9 +248,10 @@ def test_a_mixed_round_shows_only_the_clients_calls_renumbered() -> None:
     )  # fmt: skip
     rnd = relay.end_round()
     assert not rnd.only_extract
-    assert [b["id"] for b in rnd.hidden] == ["toolu_x"]
-    assert [b["id"] for b in rnd.visible] == ["toolu_1", "toolu_2"]
-    _, message = client_view(sent + relay.finish())
+    own, hidden = split_calls(rnd.message["tool_calls"])
+    assert [c["id"] for c in hidden] == ["toolu_x"]
+    assert [c["id"] for c in own] == ["toolu_1", "toolu_2"]
+    _, message = client_view(sent + b"".join(relay.finish()))
     assert message["content"] == [use("toolu_1", a=1), use("toolu_2", b=2)]
     assert message["stop_reason"] == "tool_use"
     assert message["usage"]["output_tokens"] == 7
@@ -247,7 +262,7 @@ def test_when_rounds_run_out_a_hidden_only_call_ends_the_turn() -> None:
     sent = relay_round(relay, stream("msg_1", [text("Let me see"), extract("t")], "tool_use",
                                      USAGE_1))  # fmt: skip
     assert relay.end_round().only_extract
-    _, message = client_view(sent + relay.finish())
+    _, message = client_view(sent + b"".join(relay.finish()))
     assert message["content"] == [text("Let me see")]
     assert message["stop_reason"] == "end_turn"
 
@@ -255,7 +270,7 @@ def test_when_rounds_run_out_a_hidden_only_call_ends_the_turn() -> None:
 def test_finish_closes_a_round_that_was_not_ended() -> None:
     relay = MessagesRelay()
     sent = relay_round(relay, stream("msg_1", [extract("t")], "tool_use", USAGE_1))
-    _, message = client_view(sent + relay.finish())
+    _, message = client_view(sent + b"".join(relay.finish()))
     assert message["content"] == [] and message["stop_reason"] == "end_turn"
     assert len(relay.rounds) == 1
 
@@ -265,8 +280,8 @@ def test_a_client_that_defines_our_tool_sees_its_calls() -> None:
     upstream = stream("msg_1", [extract("t")], "tool_use", USAGE_1)
     sent = relay_round(relay, upstream)
     rnd = relay.end_round()
-    assert rnd.hidden == [] and not rnd.only_extract
-    assert sent + relay.finish() == upstream
+    assert not rnd.only_extract
+    assert sent + b"".join(relay.finish()) == upstream
 
 
 @pytest.mark.parametrize(
@@ -311,7 +326,7 @@ def test_thinking_signatures_and_citations_are_folded_exactly() -> None:
     ]  # fmt: skip
     relay_round(relay, b"".join(events))
     rnd = relay.end_round()
-    assert rnd.content == [
+    assert rnd.raw["content"] == [
         {"type": "thinking", "thinking": "a\nb", "signature": SIG},
         {"type": "text", "text": "cited", "citations": [citation]},
     ]
@@ -322,7 +337,7 @@ def test_a_stream_cut_inside_tool_arguments_leaves_an_empty_input() -> None:
     upstream = stream("msg_1", [use("toolu_1", path="/a")], "tool_use", USAGE_1)
     first_delta = upstream.index(b"input_json_delta")  # the stream ends after this event
     relay_round(relay, upstream[: upstream.index(b"\n\n", first_delta) + 2])
-    assert relay.end_round().content == [use("toolu_1")]
+    assert relay.end_round().raw["content"] == [use("toolu_1")]
 
 
 def test_error_event_is_an_anthropic_error() -> None:
@@ -364,7 +379,7 @@ def test_any_rounds_make_one_well_formed_message(rounds: list[list[str]], cuts: 
         sent += relay_round(relay, stream(f"msg_{r}", blocks, stop, USAGE_1), cuts)
         rnd = relay.end_round()
         assert rnd.only_extract == ("extract" in kinds and "use" not in kinds)
-    _, message = client_view(sent + relay.finish())
+    _, message = client_view(sent + b"".join(relay.finish()))
     assert message["id"] == "msg_0" and message["stopped"]
     assert message["content"] == expected
     last = rounds[-1]
@@ -484,3 +499,104 @@ def test_usage_sum_adds_counts_and_keeps_the_rest_of_the_last() -> None:
     }
     assert usage_sum([a]) is a
     assert usage_sum([None]) is None
+
+
+# -- the pipeline's side (proxy.wire.base) --------------------------------------------------
+
+
+@pytest.mark.parametrize("hidden_last", [True, False])
+def test_the_relay_is_the_pipelines_stream_relay(hidden_last: bool) -> None:
+    relay: StreamRelay = MessagesRelay()
+    sent = relay_round(
+        relay, stream("msg_1", [text("so"), extract("toolu_x")], "tool_use", USAGE_1)
+    )
+    rnd = relay.end_round()
+    assert rnd.only_extract
+    # Out of extract rounds: the turn ends normally, whether or not the pipeline says so.
+    closing = relay.finish(hidden_last=hidden_last)
+    assert [e.event for e in SSEDecoder().feed(b"".join(closing))] == [
+        "message_delta",
+        "message_stop",
+    ]
+    _, message = client_view(sent + b"".join(closing))
+    assert message["stop_reason"] == "end_turn" and message["content"] == [text("so")]
+
+
+@pytest.mark.parametrize(
+    ("body", "detail", "error"),
+    [
+        (
+            b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
+            None,
+            {"type": "overloaded_error", "message": "Overloaded"},
+        ),
+        (
+            {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}},
+            None,
+            {"type": "rate_limit_error", "message": "slow"},
+        ),
+        (
+            b"<html>bad gateway</html>",
+            None,
+            {"type": "api_error", "message": "The upstream connection failed during the stream"},
+        ),
+        (
+            None,
+            "ReadTimeout",
+            {
+                "type": "api_error",
+                "message": "The upstream connection failed during the stream (ReadTimeout)",
+            },
+        ),
+    ],
+)
+def test_a_broken_stream_ends_in_an_anthropic_error_event(
+    body: Any, detail: str | None, error: dict[str, str]
+) -> None:
+    for data in (stream_error(body, detail), MessagesRelay().error(body, detail)):
+        (event,) = SSEDecoder().feed(data)
+        assert event.event == "error"
+        assert orjson.loads(event.data or "") == {"type": "error", "error": error}
+
+
+def test_a_reply_is_read_as_a_round() -> None:
+    data = reply(
+        "msg_1",
+        [thinking("t"), text("a"), extract("toolu_x", "toolu_1")],
+        "tool_use",
+        {**USAGE_1, "output_tokens": 5},
+    )
+    rnd = reply_round(data)
+    assert rnd.raw is data and rnd.only_extract
+    assert rnd.usage == Usage(total=165, prompt=160, cached=50, output=5)
+    assert rnd.message["content"] == "a" and rnd.message["reasoning_content"] == "t"
+    assert split_calls(rnd.message["tool_calls"])[1][0]["id"] == "toolu_x"
+    mixed = reply_round(reply("m", [extract("x"), use("toolu_2")], "tool_use", {}))
+    assert not mixed.only_extract and mixed.usage is None
+    final = reply_round(reply("msg_2", [text("done")], "end_turn", {**USAGE_2, "output_tokens": 1}))
+    shown = client_reply([rnd, final], injected=True)
+    assert shown["id"] == "msg_1" and shown["content"] == [thinking("t"), text("a"), text("done")]
+    assert shown["usage"]["input_tokens"] == 140
+    assert client_reply([mixed], injected=False) is mixed.raw
+
+
+@pytest.mark.parametrize("data", [None, [], {"type": "message"}, {"content": "text"}])
+def test_an_unreadable_reply_is_refused(data: Any) -> None:
+    with pytest.raises(UnreadableReply):
+        reply_round(data)
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"input_tokens": 10, "output_tokens": 5}, Usage(total=15, prompt=10, cached=0, output=5)),
+        (
+            {**USAGE_1, "output_tokens": 2},
+            Usage(total=162, prompt=160, cached=50, output=2),
+        ),
+        ({"input_tokens": 10}, None),
+        ("junk", None),
+    ],
+)
+def test_usage_of_reads_every_input_token_as_prompt(usage: Any, expected: Usage | None) -> None:
+    assert usage_of(usage) == expected
