@@ -67,27 +67,35 @@ def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
 def assistant_to_neutral(message: dict[str, Any]) -> dict[str, Any]:
     """One assistant message (a request's, or a reply reduced to role and content)."""
     content = message.get("content")
-    texts: list[str] = [content] if isinstance(content, str) and content else []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     for block in content if isinstance(content, list) else ():
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+        if kind == "thinking" and isinstance(block.get("thinking"), str):
             thinking.append(block["thinking"])
         elif kind == "tool_use":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise UnrecognisedHistory("a tool_use block without a string id and name")
             function = {"name": block["name"], "arguments": _json(block.get("input", {}))}
             calls.append({"id": block["id"], "type": "function", "function": function})
-    neutral: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) or None}
+    neutral: dict[str, Any] = {"role": "assistant", "content": _assistant_text(content)}
     if calls:
         neutral["tool_calls"] = calls
     if thinking:
         neutral["reasoning_content"] = "\n".join(thinking)
     neutral[X_ITEMS] = [message]
     return neutral
+
+
+def _assistant_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content or None
+    texts = [
+        b["text"]
+        for b in (content if isinstance(content, list) else ())
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
+    return "\n".join(texts) or None
 
 
 def reply_to_neutral(reply: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +240,7 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
             original = _original(msg)
             if isinstance(original, dict) and original.get("role") == "system":
                 _flush(out, pending)
-                out.append(original)
+                out.append(_edited(msg, original))
             else:
                 out.append(_user_to_wire(msg, original, pending))
             pending = []
@@ -334,9 +342,11 @@ def _group_to_wire(
         content = envelope.get("content")
         blocks = content if isinstance(content, list) else []
         originals = [b for b in blocks if b.get("type") == "tool_result"]
-        if not pending and results == originals:
-            return envelope  # nothing changed: the client's own message
         rest = [b for b in blocks if b.get("type") != "tool_result"]
+        if rest_msg.get("content") != _parts(rest):
+            rest = _as_blocks(_from_parts(rest_msg.get("content")))
+        elif not pending and results == originals:
+            return envelope  # nothing changed: the client's own message
     else:
         envelope = group[0][X_ENVELOPE]
     content = [*pending, *results, *rest]
@@ -345,13 +355,22 @@ def _group_to_wire(
     return wire
 
 
+def _edited(msg: dict[str, Any], original: dict[str, Any]) -> dict[str, Any]:
+    """The original, or a copy with the content the core wrote (e.g. a shortened message)."""
+    content = msg.get("content")
+    if content == _parts(original.get("content")):
+        return original
+    return {**original, "content": _from_parts(content)}
+
+
 def _user_to_wire(
     msg: dict[str, Any], original: Any, pending: list[dict[str, Any]]
 ) -> dict[str, Any]:
     if isinstance(original, dict):
-        if not pending:
-            return original
-        return {**original, "content": [*pending, *_as_blocks(original.get("content"))]}
+        wire = _edited(msg, original)
+        if pending:
+            wire = {**wire, "content": [*pending, *_as_blocks(wire.get("content"))]}
+        return wire
     content = _from_parts(msg.get("content"))
     if pending:
         content = [*pending, *_as_blocks(content)]
@@ -367,10 +386,27 @@ def _assistant_to_wire(msg: dict[str, Any]) -> dict[str, Any] | None:
         return {"role": "assistant", "content": blocks} if blocks else None
     known = tool_use_ids(original)
     extra = [_tool_use(c) for c in calls if c.get("id") not in known]
+    text = msg.get("content")
+    if text != _assistant_text(original.get("content")):
+        original = {**original, "content": _retexted(original.get("content"), text)}
     if not extra:
         return original
     # The proxy's hidden extract calls join the client's message after its own blocks.
     return {**original, "content": [*_as_blocks(original.get("content")), *extra]}
+
+
+def _retexted(content: Any, text: Any) -> list[Any]:
+    """Blocks with their text replaced by `text` (at the first text block's place, else after
+    the thinking); every other block, thinking included, unchanged."""
+    blocks = _as_blocks(content)
+    kinds = [b.get("type") if isinstance(b, dict) else None for b in blocks]
+    thinking = ("thinking", "redacted_thinking")
+    lead = next((i for i, kind in enumerate(kinds) if kind not in thinking), len(kinds))
+    at = kinds.index("text") if "text" in kinds else lead
+    new = _as_blocks(content_to_text(text))
+    kept = [b for b, kind in zip(blocks, kinds, strict=True) if kind != "text"]
+    before = sum(1 for kind in kinds[:at] if kind != "text")
+    return [*kept[:before], *new, *kept[before:]]
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:

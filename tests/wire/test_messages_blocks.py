@@ -484,3 +484,47 @@ def test_a_mixed_round_is_replayed_through_the_session_state() -> None:
     ]
     assert out[2]["content"][0]["content"] == placeholder_for("toolu_1")
     assert anthropic_errors(out) == []
+
+
+def test_content_the_core_rewrote_replaces_only_the_text() -> None:
+    """The summariser shortens a message too long for its request: the text changes, the
+    blocks around it (thinking, calls, images) stay as they were."""
+    msgs = session()
+    neutral = to_neutral(None, msgs)
+    short = "[... shortened ...]"
+    edited = [{**m, "content": short} if i in (1, 4, 5, 8, 9) else m for i, m in enumerate(neutral)]
+    _, out = from_neutral(edited)
+    assert (
+        out[1]["content"]
+        == [
+            msgs[1]["content"][0],  # thinking, byte for byte
+            {"type": "text", "text": short},
+            *msgs[1]["content"][2:],
+        ]
+    )
+    assert out[2]["content"] == [*msgs[2]["content"][:2], {"type": "text", "text": short}]
+    assert out[3] == {**msgs[3], "content": short}  # the mid-conversation system message
+    assert out[6]["content"] == [msgs[6]["content"][0], {"type": "text", "text": short}]
+    assert out[7] == {**msgs[7], "content": short}
+    assert [out[i] is msgs[i] for i in (0, 4)] == [True, True]
+    assert anthropic_errors(out) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "text", "expected"),
+    [
+        (
+            [{"type": "thinking"}, tool_use("a")],
+            "new",
+            [{"type": "thinking"}, {"type": "text", "text": "new"}, tool_use("a")],
+        ),
+        ("plain", "new", [{"type": "text", "text": "new"}]),
+        ([{"type": "text", "text": "x"}, {"type": "text", "text": "y"}], None, []),
+    ],
+)  # fmt: skip
+def test_an_assistant_message_is_retexted_around_its_other_blocks(
+    content: Any, text: Any, expected: Any
+) -> None:
+    original = {"role": "assistant", "content": content}
+    neutral = {**to_neutral(None, [original])[0], "content": text}
+    assert from_neutral([{"role": "user", "content": "q"}, neutral])[1][1]["content"] == expected
