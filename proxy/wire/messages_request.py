@@ -1,23 +1,27 @@
-"""The rest of a Messages request: summary placement, cache breakpoints, tools, checks.
+"""The rest of a Messages request: bodies, summary placement, cache breakpoints, tools, checks.
 
-`with_summary` appends the level-2 summary as a text block after the client's `system`
-blocks, with a cache breakpoint so tools + system + summary cache as one stable prefix;
-`limit_breakpoints` keeps a request within Anthropic's 4 `cache_control` breakpoints;
-`EXTRACT_TOOL` / `inject_tool` add the proxy's tool in Anthropic's shape; `check_request`
-finds what Anthropic would refuse with a 400, so the proxy answers it the same way.
-Pure: no I/O.
+`upstream_body` / `continue_body` / `summary_body` build what goes upstream from neutral
+messages; `with_summary` appends the level-2 summary as a text block after the client's
+`system` blocks, with a cache breakpoint so tools + system + summary cache as one stable
+prefix; `limit_breakpoints` keeps a request within Anthropic's 4 `cache_control`
+breakpoints; `EXTRACT_TOOL` / `inject_tool` add the proxy's tool in Anthropic's shape;
+`check_request` finds what Anthropic would refuse with a 400, and `error_body` answers it in
+Anthropic's shape. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
-from proxy.wire.messages_blocks import tool_use_ids
+from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
+from proxy.wire.base import Outgoing
+from proxy.wire.messages_blocks import from_neutral, tool_use_ids
 
 MAX_BREAKPOINTS = 4
+SUMMARY_MAX_TOKENS = 8192  # Anthropic requires max_tokens; a summary of 8 sections fits
 
 _FUNCTION = TOOL_DEFINITION["function"]
 EXTRACT_TOOL: dict[str, Any] = {
@@ -25,6 +29,109 @@ EXTRACT_TOOL: dict[str, Any] = {
     "description": _FUNCTION["description"],
     "input_schema": copy.deepcopy(_FUNCTION["parameters"]),
 }
+
+# -- bodies ---------------------------------------------------------------------------------
+
+
+def upstream_body(body: dict[str, Any], out: Outgoing | None, tools: Any) -> dict[str, Any]:
+    """The client's body with the rebuilt `system` and `messages` and the tools to send.
+
+    `out` None: the client's messages unchanged. The client's `system` is kept verbatim;
+    a summary follows it as one more block. Every other field passes unchanged.
+    """
+    sent = dict(body)
+    if tools is not None:
+        sent["tools"] = tools
+    if out is None:
+        return sent
+    _, messages = from_neutral(out.rest)
+    system = body.get("system")
+    if out.summary is not None:
+        system = with_summary(system, out.summary, messages)
+    system, sent_tools, messages = limit_breakpoints(system, sent.get("tools"), messages)
+    if system is not None:
+        sent["system"] = system
+    if sent_tools is not None:
+        sent["tools"] = sent_tools
+    sent["messages"] = messages
+    return sent
+
+
+def continue_body(
+    body: dict[str, Any], reply: dict[str, Any], results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The next round: the model's reply as it came (thinking and signatures included),
+    then one user message with the proxy's answers as `tool_result` blocks."""
+    answers = [
+        {"type": "tool_result", "tool_use_id": str(r.get("tool_call_id")), "content": _text(r)}
+        for r in results
+    ]
+    assistant = {"role": "assistant", "content": reply.get("content") or []}
+    tail = [assistant, {"role": "user", "content": answers}] if answers else [assistant]
+    return {**body, "messages": [*body.get("messages", []), *tail]}
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else content_text(content)
+
+
+def summary_body(
+    chat_body: dict[str, Any],
+    client_body: dict[str, Any] | None = None,
+    max_tokens: int = SUMMARY_MAX_TOKENS,
+) -> dict[str, Any]:
+    """A summary request (Chat Completions-shaped, neutral messages) as a Messages body.
+
+    System messages become `system`; the conversation goes back to its blocks (a request
+    that repeats the turn's prefix keeps its cache breakpoints). Without tools, tool blocks
+    become text: Anthropic refuses them in a request without tools. `client_body`: the
+    client's `thinking` setting is kept, since changing it would miss the messages' cache
+    (then `max_tokens` is at least the client's, which must exceed the thinking budget).
+    """
+    system, messages = from_neutral(chat_body.get("messages") or [])
+    tools = chat_body.get("tools")
+    if not tools:
+        messages = [_without_tool_blocks(m) for m in messages]
+    system, tools, messages = limit_breakpoints(system, tools, messages)
+    body: dict[str, Any] = {
+        "model": chat_body.get("model"),
+        "max_tokens": max_tokens,
+        "messages": messages,
+        "stream": False,
+    }
+    thinking = (client_body or {}).get("thinking")
+    if isinstance(thinking, dict):
+        body["thinking"] = thinking
+        client_max = (client_body or {}).get("max_tokens")
+        if isinstance(client_max, int) and client_max > max_tokens:
+            body["max_tokens"] = client_max
+    if system:
+        body["system"] = system
+    if tools:
+        body["tools"] = tools
+        if chat_body.get("tool_choice") == "none":
+            body["tool_choice"] = {"type": "none"}
+    return body
+
+
+def _without_tool_blocks(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    blocks = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind in ("tool_use", "server_tool_use"):
+            call = f"[tool call {block.get('id')}] {block.get('name')}({block.get('input')})"
+            blocks.append({"type": "text", "text": call})
+        elif isinstance(kind, str) and kind.endswith("tool_result"):
+            text = f"[tool result {block.get('tool_use_id')}] {content_text(block.get('content'))}"
+            blocks.append({"type": "text", "text": text})
+        else:
+            blocks.append(block)
+    return {**message, "content": blocks}
+
 
 # -- tools ----------------------------------------------------------------------------------
 
@@ -158,7 +265,7 @@ def _marked(block: Any) -> bool:
 # -- checks ---------------------------------------------------------------------------------
 
 
-class InvalidRequest(ValueError):
+class MalformedRequest(ValueError):
     """A request Anthropic would refuse (400, `invalid_request_error`); the text says why."""
 
 
@@ -169,31 +276,31 @@ def request_error(body: Any) -> str | None:
     """Why Anthropic would refuse this body, in its style of message; None when it is fine."""
     try:
         check_request(body)
-    except InvalidRequest as exc:
+    except MalformedRequest as exc:
         return str(exc)
     return None
 
 
 def check_request(body: Any) -> None:
-    """Raise InvalidRequest for a malformed body (structure only: the upstream judges the rest)."""
+    """Raise MalformedRequest for a malformed body (its shape; the upstream judges the rest)."""
     if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
+        raise MalformedRequest("The request body must be a JSON object.")
     _check_system(body.get("system"))
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise InvalidRequest("messages: Input should be a valid list")
+        raise MalformedRequest("messages: Input should be a valid list")
     if not messages:
-        raise InvalidRequest("messages: at least one message is required")
+        raise MalformedRequest("messages: at least one message is required")
     previous: Any = None
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(msg, dict):
-            raise InvalidRequest(f"{where}: Input should be an object")
+            raise MalformedRequest(f"{where}: Input should be an object")
         if msg.get("role") not in _ROLES:
-            raise InvalidRequest(f"{where}.role: Input should be 'user' or 'assistant'")
+            raise MalformedRequest(f"{where}.role: Input should be 'user' or 'assistant'")
         content = msg.get("content")
         if not isinstance(content, str | list):
-            raise InvalidRequest(f"{where}.content: Input should be a string or a list of blocks")
+            raise MalformedRequest(f"{where}.content: Input should be a string or a list of blocks")
         calls = tool_use_ids(previous)
         for j, block in enumerate(content if isinstance(content, list) else ()):
             _check_block(f"{where}.content.{j}", block, msg["role"], calls)
@@ -204,42 +311,70 @@ def _check_system(system: Any) -> None:
     if system is None or isinstance(system, str):
         return
     if not isinstance(system, list):
-        raise InvalidRequest("system: Input should be a string or a list of text blocks")
+        raise MalformedRequest("system: Input should be a string or a list of text blocks")
     for j, block in enumerate(system):
         if not isinstance(block, dict) or block.get("type") != "text":
-            raise InvalidRequest(f"system.{j}: Input should be a text block")
+            raise MalformedRequest(f"system.{j}: Input should be a text block")
         if not isinstance(block.get("text"), str):
-            raise InvalidRequest(f"system.{j}.text: Field required (a string)")
+            raise MalformedRequest(f"system.{j}.text: Field required (a string)")
 
 
 def _check_block(where: str, block: Any, role: str, calls: set[str]) -> None:
     if not isinstance(block, dict):
-        raise InvalidRequest(f"{where}: Input should be an object")
+        raise MalformedRequest(f"{where}: Input should be an object")
     kind = block.get("type")
     if not isinstance(kind, str):
-        raise InvalidRequest(f"{where}.type: Field required")
+        raise MalformedRequest(f"{where}.type: Field required")
     if kind == "text" and not isinstance(block.get("text"), str):
-        raise InvalidRequest(f"{where}.text: Field required (a string)")
+        raise MalformedRequest(f"{where}.text: Field required (a string)")
     if kind == "tool_use":
         for field in ("id", "name"):
             if not isinstance(block.get(field), str):
-                raise InvalidRequest(f"{where}.tool_use.{field}: Field required (a string)")
+                raise MalformedRequest(f"{where}.tool_use.{field}: Field required (a string)")
         if "input" in block and not isinstance(block["input"], dict):
-            raise InvalidRequest(f"{where}.tool_use.input: Input should be an object")
+            raise MalformedRequest(f"{where}.tool_use.input: Input should be an object")
     if kind != "tool_result":
         return
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
-        raise InvalidRequest(f"{where}.tool_result.tool_use_id: Field required (a string)")
+        raise MalformedRequest(f"{where}.tool_result.tool_use_id: Field required (a string)")
     if role != "user" or call_id not in calls:
-        raise InvalidRequest(
+        raise MalformedRequest(
             f"{where}: unexpected `tool_use_id` in a `tool_result` block: {call_id[:80]}. "
             "Each `tool_result` block must answer a `tool_use` block of the message just "
             "before it."
         )
     content = block.get("content")
     if content is not None and not isinstance(content, str | list):
-        raise InvalidRequest(f"{where}.tool_result.content: Input should be a string or a list")
+        raise MalformedRequest(f"{where}.tool_result.content: Input should be a string or a list")
     for n, inner in enumerate(content if isinstance(content, list) else ()):
         if not isinstance(inner, dict) or not isinstance(inner.get("type"), str):
-            raise InvalidRequest(f"{where}.tool_result.content.{n}.type: Field required")
+            raise MalformedRequest(f"{where}.tool_result.content.{n}.type: Field required")
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_TOO_LONG = re.compile(r"(\d+)\s*tokens?\s*>\s*(\d+)\s*maximum")
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An error in Anthropic's shape, its type chosen by the status as Anthropic does."""
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def learned_window(error: Any) -> int | None:
+    """The context window a "prompt is too long: N tokens > M maximum" refusal names."""
+    err = error.get("error") if isinstance(error, dict) else None
+    text = str(err.get("message") if isinstance(err, dict) else error)
+    found = _TOO_LONG.search(text)
+    return int(found.group(2)) if found else None

@@ -160,6 +160,39 @@ def client_reply(rounds: list[Round], *, injected: bool) -> dict[str, Any]:
     return merge_messages([r.raw for r in rounds], hide=injected)
 
 
+_FINISH = {"max_tokens": "length", "tool_use": "tool_calls", "refusal": "content_filter"}
+
+
+def summary_reply(data: Any) -> dict[str, Any]:
+    """A reply to a summary request as the Chat Completions completion the summariser reads."""
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise UnreadableReply("the reply has no content list")
+    text = "".join(
+        b["text"]
+        for b in data["content"]
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": _FINISH.get(str(data.get("stop_reason")), "stop"),
+    }
+    completion: dict[str, Any] = {
+        "id": data.get("id"),
+        "object": "chat.completion",
+        "model": data.get("model"),
+        "choices": [choice],
+    }
+    usage = usage_of(data.get("usage"))
+    if usage is not None:
+        completion["usage"] = {
+            "prompt_tokens": usage.prompt,
+            "completion_tokens": usage.output,
+            "total_tokens": usage.total,
+        }
+    return completion
+
+
 @dataclass
 class _Block:
     block: dict[str, Any]

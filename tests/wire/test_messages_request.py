@@ -13,22 +13,30 @@ from hypothesis import strategies as st
 
 import proxy
 from proxy.extract_tool import TOOL_DEFINITION
+from proxy.wire.base import Outgoing
+from proxy.wire.messages_blocks import CONTINUED, to_neutral
 from proxy.wire.messages_request import (
     EXTRACT_TOOL,
     MAX_BREAKPOINTS,
-    InvalidRequest,
+    SUMMARY_MAX_TOKENS,
+    MalformedRequest,
     check_request,
     client_defines_tool,
+    continue_body,
     count_breakpoints,
+    error_body,
     inject_tool,
     is_extract_use,
+    learned_window,
     limit_breakpoints,
     request_error,
+    summary_body,
+    upstream_body,
     with_summary,
 )
 
 from ..core.test_purity import FORBIDDEN, imported_roots
-from .messages_cases import SYSTEM_BLOCKS, session, tool_result, tool_use
+from .messages_cases import SYSTEM_BLOCKS, anthropic_errors, session, tool_result, tool_use
 
 EPHEMERAL = {"type": "ephemeral"}
 HOUR = {"type": "ephemeral", "ttl": "1h"}
@@ -289,7 +297,7 @@ def test_malformed_bodies_are_refused_with_a_message_naming_the_place(
 ) -> None:
     error = request_error(request_body)
     assert error is not None and message in error
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(MalformedRequest):
         check_request(request_body)
 
 
@@ -310,3 +318,172 @@ def test_well_formed_bodies_pass(request_body: Any) -> None:
 def test_the_messages_adapter_is_pure(name: str) -> None:
     path = Path(proxy.__file__).parent / "wire" / f"{name}.py"
     assert imported_roots(path) & FORBIDDEN == set()
+
+
+# -- bodies ---------------------------------------------------------------------------------
+
+
+def client_body(**fields: Any) -> dict[str, Any]:
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "system": SYSTEM_BLOCKS,
+        "messages": session(),
+        "tools": CLIENT_TOOLS[:2],
+        "thinking": {"type": "enabled", "budget_tokens": 4000},
+        "stream": True,
+        "metadata": {"user_id": "u"},
+        **fields,
+    }
+
+
+def outgoing(body: dict[str, Any], summary: str | None = None, keep: int = 0) -> Outgoing:
+    neutral = to_neutral(body.get("system"), body["messages"])
+    system_count = 1 if body.get("system") is not None else 0
+    rest = neutral[system_count + keep :]
+    return Outgoing(neutral, neutral[:system_count], summary, rest)
+
+
+def test_an_unchanged_turn_goes_up_as_the_client_sent_it_plus_our_tool() -> None:
+    body = client_body()
+    frozen = orjson.dumps(body)
+    tools = inject_tool(body["tools"])
+    for out in (None, outgoing(body)):
+        sent = upstream_body(body, out, tools)
+        expected = {**body, "tools": tools}
+        assert orjson.dumps(sent) == orjson.dumps(expected)
+    assert upstream_body(body, None, None) == body
+    assert orjson.dumps(body) == frozen
+
+
+def test_a_summarised_turn_keeps_the_client_system_then_the_summary() -> None:
+    body = client_body()
+    neutral = to_neutral(body["system"], body["messages"])
+    out = Outgoing(neutral, neutral[:1], "SUMMARY", neutral[6:])  # from the mid system message
+    sent = upstream_body(body, out, inject_tool(body["tools"]))
+    assert sent["system"][:2] == SYSTEM_BLOCKS
+    assert sent["system"][2] == {"type": "text", "text": "SUMMARY", "cache_control": EPHEMERAL}
+    assert sent["messages"][0] == {"role": "user", "content": CONTINUED}
+    assert sent["messages"][1:] == body["messages"][3:]
+    assert count_breakpoints(sent["system"], sent["tools"], sent["messages"]) == 4
+    assert {k: v for k, v in sent.items() if k not in ("system", "messages", "tools")} == {
+        k: v for k, v in body.items() if k not in ("system", "messages", "tools")
+    }
+
+
+def test_a_plain_string_system_gets_the_summary_as_a_second_block() -> None:
+    body = client_body(system="Be brief.")
+    sent = upstream_body(body, outgoing(body, "SUM", keep=0), None)
+    assert sent["system"] == [
+        {"type": "text", "text": "Be brief."},
+        {"type": "text", "text": "SUM", "cache_control": EPHEMERAL},
+    ]
+    no_system = client_body()
+    del no_system["system"]
+    sent = upstream_body(no_system, outgoing(no_system, "SUM"), None)
+    assert sent["system"] == [{"type": "text", "text": "SUM", "cache_control": EPHEMERAL}]
+    assert "system" not in upstream_body(no_system, outgoing(no_system), None)
+
+
+def test_the_next_round_carries_the_reply_verbatim_and_our_answers() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "q"}]}
+    reply = {
+        "id": "msg_1",
+        "content": [
+            {"type": "thinking", "thinking": "t", "signature": "s"},
+            tool_use("toolu_x", name="extract_compacted_tool_result", toolcall_id="a"),
+        ],
+    }
+    results = [{"role": "tool", "tool_call_id": "toolu_x", "content": "original"}]
+    nxt = continue_body(body, reply, results)
+    assert nxt["messages"] == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": reply["content"]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "original"}],
+        },
+    ]
+    assert body["messages"] == [{"role": "user", "content": "q"}]
+    assert continue_body(body, reply, [])["messages"][-1]["role"] == "assistant"
+
+
+def test_a_summary_request_repeating_the_turn_keeps_its_blocks_and_thinking() -> None:
+    body = client_body()
+    neutral = to_neutral(body["system"], body["messages"])
+    tools = inject_tool(body["tools"])
+    chat = {
+        "model": "claude-sonnet-4-5",
+        "messages": [*neutral, {"role": "user", "content": "Summarise now."}],
+        "stream": False,
+        "tools": tools,
+    }
+    sent = summary_body(chat, body)
+    assert sent["system"] == SYSTEM_BLOCKS and sent["tools"] == tools
+    # The turn's messages as sent (the cached prefix), then the instruction.
+    assert orjson.dumps(sent["messages"][:-1]) == orjson.dumps(body["messages"])
+    assert sent["messages"][-1] == {"role": "user", "content": "Summarise now."}
+    assert sent["thinking"] == body["thinking"] and sent["max_tokens"] == 32000
+    assert "tool_choice" not in sent and sent["stream"] is False
+    assert anthropic_errors(sent["messages"]) == []
+
+
+def test_a_summary_request_of_a_span_without_tools_turns_tool_blocks_into_text() -> None:
+    neutral = to_neutral(None, session())
+    chat = {
+        "model": "claude",
+        "messages": [
+            {"role": "system", "content": "Summarise."},
+            *neutral[2:7],  # starts at the results of toolu_1 / toolu_2
+            {"role": "user", "content": "Write it."},
+        ],
+    }
+    sent = summary_body(chat)
+    assert sent["system"] == "Summarise." and sent["max_tokens"] == SUMMARY_MAX_TOKENS
+    assert "thinking" not in sent and "tools" not in sent
+    kinds = [b.get("type") for m in sent["messages"] if isinstance(m["content"], list)
+             for b in m["content"]]  # fmt: skip
+    assert not {"tool_use", "tool_result", "server_tool_use", "web_search_tool_result"} & set(kinds)
+    text = orjson.dumps(sent["messages"]).decode()
+    assert "[tool call toolu_3] Bash" in text and "[tool result srvtoolu_1]" in text
+    assert sent["messages"][-1]["content"] == "Write it."
+    with_tools = summary_body({**chat, "tools": CLIENT_TOOLS, "tool_choice": "none"})
+    assert with_tools["tool_choice"] == {"type": "none"}
+    assert [b["type"] for b in with_tools["messages"][2]["content"]][-1] == "tool_use"
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (422, "invalid_request_error"),
+        (429, "rate_limit_error"),
+        (500, "api_error"),
+        (502, "api_error"),
+        (529, "overloaded_error"),
+    ],
+)
+def test_errors_take_anthropics_shape_and_type(status: int, kind: str) -> None:
+    assert error_body(status, "why") == {"type": "error", "error": {"type": kind, "message": "why"}}
+
+
+@pytest.mark.parametrize(
+    ("error", "window"),
+    [
+        (
+            {"type": "error", "error": {"type": "invalid_request_error",
+                                        "message": "prompt is too long: 215034 tokens > 200000"
+                                                   " maximum"}},
+            200000,
+        ),
+        ({"error": {"message": "input length and max_tokens exceed context limit"}}, None),
+        ("prompt is too long: 1000001 tokens > 1000000 maximum", 1000000),
+        (None, None),
+    ],
+)  # fmt: skip
+def test_a_length_refusal_names_the_window(error: Any, window: int | None) -> None:
+    assert learned_window(error) == window

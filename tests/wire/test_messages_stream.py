@@ -21,6 +21,7 @@ from proxy.wire.messages_stream import (
     merge_messages,
     reply_round,
     stream_error,
+    summary_reply,
     usage_of,
     usage_sum,
     usage_total,
@@ -600,3 +601,29 @@ def test_an_unreadable_reply_is_refused(data: Any) -> None:
 )
 def test_usage_of_reads_every_input_token_as_prompt(usage: Any, expected: Usage | None) -> None:
     assert usage_of(usage) == expected
+
+
+def test_a_summary_reply_reads_as_a_chat_completion() -> None:
+    data = reply(
+        "msg_s",
+        [thinking("plan"), text("## Goal\n"), text("fix it")],
+        "end_turn",
+        {**USAGE_1, "output_tokens": 9},
+    )
+    assert summary_reply(data) == {
+        "id": "msg_s",
+        "object": "chat.completion",
+        "model": "claude",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "## Goal\nfix it"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 160, "completion_tokens": 9, "total_tokens": 169},
+    }
+    cut = summary_reply(reply("m", [text("half")], "max_tokens", {}))
+    assert cut["choices"][0]["finish_reason"] == "length" and "usage" not in cut
+    with pytest.raises(UnreadableReply):
+        summary_reply({"type": "error"})
