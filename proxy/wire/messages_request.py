@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
-from proxy.wire.base import Outgoing
+from proxy.wire.base import Outgoing, Round
 from proxy.wire.messages_blocks import from_neutral, tool_use_ids
 
 MAX_BREAKPOINTS = 4
@@ -33,11 +33,14 @@ EXTRACT_TOOL: dict[str, Any] = {
 # -- bodies ---------------------------------------------------------------------------------
 
 
-def upstream_body(body: dict[str, Any], out: Outgoing | None, tools: Any) -> dict[str, Any]:
+def upstream_body(
+    body: dict[str, Any], out: Outgoing | None, tools: Any, *, stream: bool = False
+) -> dict[str, Any]:
     """The client's body with the rebuilt `system` and `messages` and the tools to send.
 
     `out` None: the client's messages unchanged. The client's `system` is kept verbatim;
-    a summary follows it as one more block. Every other field passes unchanged.
+    a summary follows it as one more block. Every other field passes unchanged (`stream`
+    too: a Messages stream reports its usage without being asked).
     """
     sent = dict(body)
     if tools is not None:
@@ -58,10 +61,11 @@ def upstream_body(body: dict[str, Any], out: Outgoing | None, tools: Any) -> dic
 
 
 def continue_body(
-    body: dict[str, Any], reply: dict[str, Any], results: list[dict[str, Any]]
+    body: dict[str, Any], rnd: Round, results: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The next round: the model's reply as it came (thinking and signatures included),
-    then one user message with the proxy's answers as `tool_result` blocks."""
+    """The next round: the model's reply as it came (`rnd.raw`: thinking and signatures
+    included), then one user message with the proxy's answers as `tool_result` blocks."""
+    reply = rnd.raw if isinstance(rnd.raw, dict) else {}
     answers = [
         {"type": "tool_result", "tool_use_id": str(r.get("tool_call_id")), "content": _text(r)}
         for r in results
@@ -363,12 +367,18 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+_KNOWN_TYPES = frozenset([*_ERROR_TYPES.values(), "api_error"])
 _TOO_LONG = re.compile(r"(\d+)\s*tokens?\s*>\s*(\d+)\s*maximum")
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """An error in Anthropic's shape, its type chosen by the status as Anthropic does."""
+def error_body(
+    status: int, message: str, type_: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """An error in Anthropic's shape: `type_` when it is one of Anthropic's types, else the
+    type Anthropic gives that status (`code` has no place in this shape)."""
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if type_ in _KNOWN_TYPES:
+        kind = type_
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 

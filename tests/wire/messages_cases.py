@@ -1,14 +1,20 @@
-"""Anthropic Messages histories for the wire tests: a hand-written session and a generator.
+"""Anthropic Messages data for the wire tests: histories, a generator, scripted streams.
 
 `anthropic_errors` lists what Anthropic would refuse in a `messages` list (the rules the
-adapter must keep after compaction), so tests can assert an empty list.
+adapter must keep after compaction), so tests can assert an empty list; `stream` writes a
+Messages stream as Anthropic does and `client_view` folds what a client received.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
+
+from proxy.sse import SSEDecoder
+from proxy.wire.messages_stream import MessagesRelay
 
 SIG = "EqQBCkYIBxgCKkD+sig/with==padding"
 
@@ -113,13 +119,13 @@ def anthropic_errors(messages: list[dict[str, Any]]) -> list[str]:
 
 # -- a generator of valid Messages requests -------------------------------------------------
 
-text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+short_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 cache = st.sampled_from([{}, {"cache_control": {"type": "ephemeral"}}])
 
 
 @st.composite
 def text_block(draw: st.DrawFn) -> dict[str, Any]:
-    return {"type": "text", "text": draw(text) or "t", **draw(cache)}
+    return {"type": "text", "text": draw(short_text) or "t", **draw(cache)}
 
 
 @st.composite
@@ -138,7 +144,7 @@ def user_extra_block(draw: st.DrawFn) -> dict[str, Any]:
     if kind == "document":
         return {
             "type": "document",
-            "source": {"type": "text", "media_type": "text/plain", "data": draw(text)},
+            "source": {"type": "text", "media_type": "text/plain", "data": draw(short_text)},
         }
     if kind == "unknown":
         return {"type": "search_result", "source": "s", "title": "t", "content": []}
@@ -149,30 +155,32 @@ def user_extra_block(draw: st.DrawFn) -> dict[str, Any]:
 def result_content(draw: st.DrawFn) -> dict[str, Any]:
     choice = draw(st.integers(0, 3))
     if choice == 0:
-        return {"content": draw(text)}
+        return {"content": draw(short_text)}
     if choice == 1:
         return {"content": draw(st.lists(text_block(), max_size=2))}
     if choice == 2:
         return {}
-    return {"content": draw(text), "is_error": draw(st.booleans())}
+    return {"content": draw(short_text), "is_error": draw(st.booleans())}
 
 
 @st.composite
 def assistant(draw: st.DrawFn, call_ids: list[str]) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     if draw(st.booleans()):
-        blocks.append({"type": "thinking", "thinking": draw(text), "signature": SIG + draw(text)})
+        blocks.append(
+            {"type": "thinking", "thinking": draw(short_text), "signature": SIG + draw(short_text)}
+        )
     if draw(st.booleans()):
-        blocks.append({"type": "redacted_thinking", "data": "r" + draw(text)})
+        blocks.append({"type": "redacted_thinking", "data": "r" + draw(short_text)})
     if draw(st.booleans()):
         blocks.append(draw(text_block()))
     if draw(st.booleans()):
         blocks.append({"type": "server_tool_use", "id": "srv", "name": "web_search", "input": {}})
         blocks.append({"type": "web_search_tool_result", "tool_use_id": "srv", "content": []})
     for call_id in call_ids:
-        blocks.append({**tool_use(call_id, q=draw(text)), **draw(cache)})
+        blocks.append({**tool_use(call_id, q=draw(short_text)), **draw(cache)})
     if draw(st.booleans()) and not call_ids:
-        return {"role": "assistant", "content": draw(text) or "ok"}
+        return {"role": "assistant", "content": draw(short_text) or "ok"}
     return {"role": "assistant", "content": blocks or [{"type": "text", "text": "ok"}]}
 
 
@@ -181,17 +189,17 @@ def requests(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
     system = draw(
         st.one_of(
             st.none(),
-            text,
+            short_text,
             st.lists(text_block(), max_size=3),
         )
     )
     messages: list[dict[str, Any]] = []
-    first = draw(st.one_of(text, st.lists(user_extra_block(), min_size=1, max_size=3)))
+    first = draw(st.one_of(short_text, st.lists(user_extra_block(), min_size=1, max_size=3)))
     messages.append({"role": "user", "content": first})
     counter = 0
     for _ in range(draw(st.integers(0, 5))):
         if draw(st.integers(0, 4)) == 0:
-            messages.append({"role": "system", "content": draw(text) or "note"})
+            messages.append({"role": "system", "content": draw(short_text) or "note"})
         n_calls = draw(st.integers(0, 3))
         ids = [f"toolu_{counter + i}" for i in range(n_calls)]
         counter += n_calls
@@ -205,6 +213,163 @@ def requests(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
             blocks += draw(st.lists(user_extra_block(), max_size=2))
             messages.append({"role": "user", "content": blocks})
         else:
-            content = draw(st.one_of(text, st.lists(user_extra_block(), min_size=1, max_size=2)))
+            content = draw(
+                st.one_of(short_text, st.lists(user_extra_block(), min_size=1, max_size=2))
+            )
             messages.append({"role": "user", "content": content})
     return system, messages
+
+
+# -- scripted streams ------------------------------------------------------------
+
+EXTRACT = "extract_compacted_tool_result"
+
+
+def sse(name: str, data: Any) -> bytes:
+    return f"event: {name}\ndata: {orjson.dumps(data).decode()}\n\n".encode()
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def thinking(value: str, signature: str = SIG) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": value, "signature": signature}
+
+
+def use(call_id: str, name: str = "Read", **input: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": input}
+
+
+def extract(call_id: str, target: str = "toolu_1") -> dict[str, Any]:
+    return use(call_id, EXTRACT, toolcall_id=target)
+
+
+def stream(
+    msg_id: str,
+    blocks: list[dict[str, Any]],
+    stop: str,
+    usage: dict[str, int],
+    *,
+    output: int = 7,
+) -> bytes:
+    """A Messages stream as Anthropic writes it: each block started empty, then deltas."""
+    start_usage = {**usage, "output_tokens": 1}
+    message = {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
+    out = [sse("message_start", {"type": "message_start", "message": message})]
+    out.append(sse("ping", {"type": "ping"}))
+    for i, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            empty, deltas = (
+                {"type": "text", "text": ""},
+                [
+                    {"type": "text_delta", "text": block["text"][:3]},
+                    {"type": "text_delta", "text": block["text"][3:]},
+                ],
+            )
+        elif kind == "thinking":
+            empty, deltas = (
+                {"type": "thinking", "thinking": "", "signature": ""},
+                [
+                    {"type": "thinking_delta", "thinking": block["thinking"]},
+                    {"type": "signature_delta", "signature": block["signature"]},
+                ],
+            )
+        else:
+            raw = orjson.dumps(block["input"]).decode()
+            empty = {**block, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": raw[:5]},
+                {"type": "input_json_delta", "partial_json": raw[5:]},
+            ]
+        out.append(
+            sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": empty},
+            )
+        )
+        for delta in deltas:
+            out.append(
+                sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": delta},
+                )
+            )
+        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+    out.append(
+        sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": output},
+            },
+        )
+    )
+    out.append(sse("message_stop", {"type": "message_stop"}))
+    return b"".join(out)  # fmt: skip
+
+
+def relay_round(relay: MessagesRelay, data: bytes, cuts: list[int] | None = None) -> bytes:
+    """Feed one upstream stream, split at `cuts`, through a real SSE decoder."""
+    decoder = SSEDecoder()
+    sent = []
+    bounds = [0, *sorted(c for c in cuts or [] if 0 < c < len(data)), len(data)]
+    for a, b in itertools.pairwise(bounds):
+        for event in decoder.feed(data[a:b]):
+            sent.extend(relay.feed(event.event, event.data, event.raw))
+    for event in decoder.flush():
+        sent.extend(relay.feed(event.event, event.data, event.raw))
+    return b"".join(sent)
+
+
+def client_view(data: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The client's events, and the message a client folds them into (checked strictly)."""
+    events = [orjson.loads(e.data) for e in SSEDecoder().feed(data) if e.data is not None]
+    message: dict[str, Any] = {}
+    open_blocks: dict[int, str] = {}
+    for ev in events:
+        kind = ev["type"]
+        if kind == "message_start":
+            assert not message, "a second message_start"
+            message = {**ev["message"], "content": []}
+        elif kind == "content_block_start":
+            assert ev["index"] == len(message["content"]), "indices not consecutive"
+            message["content"].append(dict(ev["content_block"]))
+            open_blocks[ev["index"]] = ""
+        elif kind == "content_block_delta":
+            block, delta = message["content"][ev["index"]], ev["delta"]
+            assert ev["index"] in open_blocks
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] += delta["signature"]
+            else:
+                open_blocks[ev["index"]] += delta["partial_json"]
+        elif kind == "content_block_stop":
+            partial = open_blocks.pop(ev["index"])
+            if partial:
+                message["content"][ev["index"]]["input"] = orjson.loads(partial)
+        elif kind == "message_delta":
+            message.update(ev["delta"])
+            message["usage"] = {**message["usage"], **ev["usage"]}
+        elif kind == "message_stop":
+            message["stopped"] = True
+    assert not open_blocks
+    return events, message
+
+
+USAGE_1 = {"input_tokens": 100, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 50}
+USAGE_2 = {"input_tokens": 40, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 160}

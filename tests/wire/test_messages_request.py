@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import proxy
 from proxy.extract_tool import TOOL_DEFINITION
-from proxy.wire.base import Outgoing
+from proxy.wire.base import Outgoing, Round
 from proxy.wire.messages_blocks import CONTINUED, to_neutral
 from proxy.wire.messages_request import (
     EXTRACT_TOOL,
@@ -395,7 +395,8 @@ def test_the_next_round_carries_the_reply_verbatim_and_our_answers() -> None:
         ],
     }
     results = [{"role": "tool", "tool_call_id": "toolu_x", "content": "original"}]
-    nxt = continue_body(body, reply, results)
+    rnd = Round(message={}, usage=None, only_extract=True, raw=reply)
+    nxt = continue_body(body, rnd, results)
     assert nxt["messages"] == [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": reply["content"]},
@@ -405,7 +406,7 @@ def test_the_next_round_carries_the_reply_verbatim_and_our_answers() -> None:
         },
     ]
     assert body["messages"] == [{"role": "user", "content": "q"}]
-    assert continue_body(body, reply, [])["messages"][-1]["role"] == "assistant"
+    assert continue_body(body, rnd, [])["messages"][-1]["role"] == "assistant"
 
 
 def test_a_summary_request_repeating_the_turn_keeps_its_blocks_and_thinking() -> None:
@@ -469,6 +470,9 @@ def test_a_summary_request_of_a_span_without_tools_turns_tool_blocks_into_text()
 )
 def test_errors_take_anthropics_shape_and_type(status: int, kind: str) -> None:
     assert error_body(status, "why") == {"type": "error", "error": {"type": kind, "message": "why"}}
+    # The proxy's own error types map by status unless Anthropic has the same type.
+    assert error_body(status, "why", "server_error", "code")["error"]["type"] == kind
+    assert error_body(status, "x", "overloaded_error")["error"]["type"] == "overloaded_error"
 
 
 @pytest.mark.parametrize(

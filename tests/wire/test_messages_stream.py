@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import orjson
@@ -27,160 +26,19 @@ from proxy.wire.messages_stream import (
     usage_total,
 )
 
-from .messages_cases import SIG
-
-EXTRACT = "extract_compacted_tool_result"
-
-
-def sse(name: str, data: Any) -> bytes:
-    return f"event: {name}\ndata: {orjson.dumps(data).decode()}\n\n".encode()
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-def thinking(value: str, signature: str = SIG) -> dict[str, Any]:
-    return {"type": "thinking", "thinking": value, "signature": signature}
-
-
-def use(call_id: str, name: str = "Read", **input: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call_id, "name": name, "input": input}
-
-
-def extract(call_id: str, target: str = "toolu_1") -> dict[str, Any]:
-    return use(call_id, EXTRACT, toolcall_id=target)
-
-
-def stream(
-    msg_id: str,
-    blocks: list[dict[str, Any]],
-    stop: str,
-    usage: dict[str, int],
-    *,
-    output: int = 7,
-) -> bytes:
-    """A Messages stream as Anthropic writes it: each block started empty, then deltas."""
-    start_usage = {**usage, "output_tokens": 1}
-    message = {
-        "id": msg_id,
-        "type": "message",
-        "role": "assistant",
-        "model": "claude",
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": start_usage,
-    }
-    out = [sse("message_start", {"type": "message_start", "message": message})]
-    out.append(sse("ping", {"type": "ping"}))
-    for i, block in enumerate(blocks):
-        kind = block["type"]
-        if kind == "text":
-            empty, deltas = (
-                {"type": "text", "text": ""},
-                [
-                    {"type": "text_delta", "text": block["text"][:3]},
-                    {"type": "text_delta", "text": block["text"][3:]},
-                ],
-            )
-        elif kind == "thinking":
-            empty, deltas = (
-                {"type": "thinking", "thinking": "", "signature": ""},
-                [
-                    {"type": "thinking_delta", "thinking": block["thinking"]},
-                    {"type": "signature_delta", "signature": block["signature"]},
-                ],
-            )
-        else:
-            raw = orjson.dumps(block["input"]).decode()
-            empty = {**block, "input": {}}
-            deltas = [
-                {"type": "input_json_delta", "partial_json": raw[:5]},
-                {"type": "input_json_delta", "partial_json": raw[5:]},
-            ]
-        out.append(
-            sse(
-                "content_block_start",
-                {"type": "content_block_start", "index": i, "content_block": empty},
-            )
-        )
-        for delta in deltas:
-            out.append(
-                sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": i, "delta": delta},
-                )
-            )
-        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
-    out.append(
-        sse(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {"output_tokens": output},
-            },
-        )
-    )
-    out.append(sse("message_stop", {"type": "message_stop"}))
-    return b"".join(out)  # fmt: skip
-
-
-def relay_round(relay: MessagesRelay, data: bytes, cuts: list[int] | None = None) -> bytes:
-    """Feed one upstream stream, split at `cuts`, through a real SSE decoder."""
-    decoder = SSEDecoder()
-    sent = []
-    bounds = [0, *sorted(c for c in cuts or [] if 0 < c < len(data)), len(data)]
-    for a, b in itertools.pairwise(bounds):
-        for event in decoder.feed(data[a:b]):
-            sent.extend(relay.feed(event.event, event.data, event.raw))
-    for event in decoder.flush():
-        sent.extend(relay.feed(event.event, event.data, event.raw))
-    return b"".join(sent)
-
-
-def client_view(data: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The client's events, and the message a client folds them into (checked strictly)."""
-    events = [orjson.loads(e.data) for e in SSEDecoder().feed(data) if e.data is not None]
-    message: dict[str, Any] = {}
-    open_blocks: dict[int, str] = {}
-    for ev in events:
-        kind = ev["type"]
-        if kind == "message_start":
-            assert not message, "a second message_start"
-            message = {**ev["message"], "content": []}
-        elif kind == "content_block_start":
-            assert ev["index"] == len(message["content"]), "indices not consecutive"
-            message["content"].append(dict(ev["content_block"]))
-            open_blocks[ev["index"]] = ""
-        elif kind == "content_block_delta":
-            block, delta = message["content"][ev["index"]], ev["delta"]
-            assert ev["index"] in open_blocks
-            if delta["type"] == "text_delta":
-                block["text"] += delta["text"]
-            elif delta["type"] == "thinking_delta":
-                block["thinking"] += delta["thinking"]
-            elif delta["type"] == "signature_delta":
-                block["signature"] += delta["signature"]
-            else:
-                open_blocks[ev["index"]] += delta["partial_json"]
-        elif kind == "content_block_stop":
-            partial = open_blocks.pop(ev["index"])
-            if partial:
-                message["content"][ev["index"]]["input"] = orjson.loads(partial)
-        elif kind == "message_delta":
-            message.update(ev["delta"])
-            message["usage"] = {**message["usage"], **ev["usage"]}
-        elif kind == "message_stop":
-            message["stopped"] = True
-    assert not open_blocks
-    return events, message
-
-
-USAGE_1 = {"input_tokens": 100, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 50}
-USAGE_2 = {"input_tokens": 40, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 160}
-
+from .messages_cases import (
+    SIG,
+    USAGE_1,
+    USAGE_2,
+    client_view,
+    extract,
+    relay_round,
+    sse,
+    stream,
+    text,
+    thinking,
+    use,
+)
 
 # -- streaming ------------------------------------------------------------------------------
 
