@@ -101,6 +101,17 @@ def error_event(type: str, message: str) -> bytes:
     return encode_event("error", {"type": "error", "error": {"type": type, "message": message}})
 
 
+# Ends a turn that stopped on the proxy's own calls (its rounds ran out) with no text: an
+# assistant message must not be empty nor end in a thinking block, or the client's next
+# request would be refused.
+UNFINISHED = "[Retrieving compacted tool results did not finish in this turn.]"
+_THINKING = ("thinking", "redacted_thinking")
+
+
+def _needs_text(last_kind: Any) -> bool:
+    return last_kind is None or last_kind in _THINKING
+
+
 def _stop_reason(reason: Any, content: list[Any], hidden: list[Any]) -> Any:
     """A turn whose only tool calls were the proxy's ends normally for the client."""
     visible = any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
@@ -120,6 +131,11 @@ def merge_messages(rounds: list[dict[str, Any]], hide: bool = True) -> dict[str,
         if name in last:
             merged[name] = last[name]
     merged["stop_reason"] = _stop_reason(merged.get("stop_reason"), *parts[-1])
+    content = merged["content"]
+    if merged["stop_reason"] != last.get("stop_reason") and _needs_text(
+        content[-1].get("type") if content and isinstance(content[-1], dict) else None
+    ):
+        merged["content"] = [*content, {"type": "text", "text": UNFINISHED}]
     usage = usage_sum([r.get("usage") for r in rounds])
     if usage is not None:
         merged["usage"] = usage
@@ -213,6 +229,7 @@ class MessagesRelay:
         self.rounds: list[Round] = []
         self.started = False  # message_start sent to the client
         self._next_index = 0
+        self._last_kind: Any = None  # type of the last block the client was sent
         self._last_closing: list[bytes] = []
         self._last_delta: dict[str, Any] | None = None
         self._reset()
@@ -268,6 +285,7 @@ class MessagesRelay:
             if not (self.hide and is_extract_use(block)):
                 client_index = self._next_index
                 self._next_index += 1
+                self._last_kind = block.get("type")
             self._blocks[index] = _Block(block, client_index)
         slot = self._blocks.get(index)
         if slot is None:
@@ -321,6 +339,9 @@ class MessagesRelay:
         closing = self._last_closing
         if len(self.rounds) == 1 and reason == reply.get("stop_reason") and len(closing) == 2:
             return list(closing)  # one round, nothing changed: the upstream's own bytes
+        out = []
+        if reason != reply.get("stop_reason") and _needs_text(self._last_kind):
+            out = self._text_block(UNFINISHED)
         data = dict(self._last_delta or {"type": "message_delta"})
         delta = data.get("delta")
         data["delta"] = {
@@ -336,8 +357,26 @@ class MessagesRelay:
                 **{k: v for k, v in usage.items() if k in (*TOKEN_FIELDS, "server_tool_use")},
             }
         return [
+            *out,
             encode_event("message_delta", data),
             encode_event("message_stop", {"type": "message_stop"}),
+        ]
+
+    def _text_block(self, text: str) -> list[bytes]:
+        index, self._next_index = self._next_index, self._next_index + 1
+        self._last_kind = "text"
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": text}
+        return [
+            encode_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            ),
+            encode_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            ),
+            encode_event("content_block_stop", {"type": "content_block_stop", "index": index}),
         ]
 
     def error(self, body: Any, detail: str | None = None) -> bytes:

@@ -13,6 +13,7 @@ from proxy.extract_tool import split_calls
 from proxy.sse import SSEDecoder
 from proxy.wire.base import StreamRelay, Usage
 from proxy.wire.messages_stream import (
+    UNFINISHED,
     MessagesRelay,
     UnreadableReply,
     client_reply,
@@ -130,8 +131,21 @@ def test_finish_closes_a_round_that_was_not_ended() -> None:
     relay = MessagesRelay()
     sent = relay_round(relay, stream("msg_1", [extract("t")], "tool_use", USAGE_1))
     _, message = client_view(sent + b"".join(relay.finish()))
-    assert message["content"] == [] and message["stop_reason"] == "end_turn"
+    assert message["content"] == [text(UNFINISHED)] and message["stop_reason"] == "end_turn"
     assert len(relay.rounds) == 1
+
+
+def test_a_turn_cut_short_after_thinking_ends_in_text() -> None:
+    relay = MessagesRelay()
+    sent = relay_round(relay, stream("msg_1", [thinking("hm"), extract("t")], "tool_use", USAGE_1))
+    relay.end_round()
+    _, message = client_view(sent + b"".join(relay.finish(hidden_last=True)))
+    assert message["content"] == [thinking("hm"), text(UNFINISHED)]
+    merged = merge_messages([reply("m", [thinking("hm"), extract("t")], "tool_use", {})])
+    assert merged["content"] == [thinking("hm"), text(UNFINISHED)]
+    assert merge_messages([reply("m", [extract("t")], "tool_use", {})])["content"] == [
+        text(UNFINISHED)
+    ]
 
 
 def test_a_client_that_defines_our_tool_sees_its_calls() -> None:
@@ -240,8 +254,11 @@ def test_any_rounds_make_one_well_formed_message(rounds: list[list[str]], cuts: 
         assert rnd.only_extract == ("extract" in kinds and "use" not in kinds)
     _, message = client_view(sent + b"".join(relay.finish()))
     assert message["id"] == "msg_0" and message["stopped"]
-    assert message["content"] == expected
     last = rounds[-1]
+    cut_short = "extract" in last and "use" not in last  # the proxy's rounds ran out
+    if cut_short and (not expected or expected[-1]["type"] == "thinking"):
+        expected.append(text(UNFINISHED))  # never an empty message, nor one ending in thinking
+    assert message["content"] == expected
     assert message["stop_reason"] == ("tool_use" if "use" in last else "end_turn")
     assert message["usage"]["input_tokens"] == 100 * len(rounds)
     assert message["usage"]["output_tokens"] == 7 * len(rounds)
@@ -298,7 +315,7 @@ def test_rounds_merge_into_one_reply() -> None:
 @pytest.mark.parametrize(
     ("content", "stop", "expected_content", "expected_stop"),
     [
-        ([extract("x")], "tool_use", [], "end_turn"),
+        ([extract("x")], "tool_use", [text(UNFINISHED)], "end_turn"),
         ([extract("x"), use("toolu_1")], "tool_use", [use("toolu_1")], "tool_use"),
         ([text("a"), extract("x")], "max_tokens", [text("a")], "max_tokens"),
     ],
