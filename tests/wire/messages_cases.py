@@ -373,3 +373,16 @@ def client_view(data: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 USAGE_1 = {"input_tokens": 100, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 50}
 USAGE_2 = {"input_tokens": 40, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 160}
+
+
+def reply(msg_id: str, content: list[Any], stop: str, usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }

@@ -314,7 +314,9 @@ def test_well_formed_bodies_pass(request_body: Any) -> None:
     assert request_error(request_body) is None
 
 
-@pytest.mark.parametrize("name", ["messages_blocks", "messages_request", "messages_stream"])
+@pytest.mark.parametrize(
+    "name", ["messages_blocks", "messages_reply", "messages_request", "messages_stream"]
+)
 def test_the_messages_adapter_is_pure(name: str) -> None:
     path = Path(proxy.__file__).parent / "wire" / f"{name}.py"
     assert imported_roots(path) & FORBIDDEN == set()
