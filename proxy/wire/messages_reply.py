@@ -99,6 +99,12 @@ def needs_text(last_kind: Any) -> bool:
     return last_kind is None or last_kind in _THINKING
 
 
+def split_hidden(content: list[Any], hide: bool = True) -> tuple[list[Any], list[Any]]:
+    """(the blocks the client sees, the proxy's extract calls)."""
+    hidden = [b for b in content if hide and is_extract_use(b)]
+    return [b for b in content if not any(b is h for h in hidden)], hidden
+
+
 def client_stop_reason(reason: Any, content: list[Any], hidden: list[Any]) -> Any:
     """A turn whose only tool calls were the proxy's ends normally for the client."""
     visible = any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
@@ -131,12 +137,6 @@ def merge_messages(rounds: list[dict[str, Any]], hide: bool = True) -> dict[str,
 
 class UnreadableReply(ValueError):
     """An upstream reply that is not a Messages `message` (no content list)."""
-
-
-def split_hidden(content: list[Any], hide: bool = True) -> tuple[list[Any], list[Any]]:
-    """(the blocks the client sees, the proxy's extract calls)."""
-    hidden = [b for b in content if hide and is_extract_use(b)]
-    return [b for b in content if not any(b is h for h in hidden)], hidden
 
 
 def as_round(reply: dict[str, Any], hide: bool = True) -> Round:

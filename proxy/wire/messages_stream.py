@@ -85,6 +85,7 @@ class MessagesRelay:
         self._last_kind: Any = None  # type of the last block the client was sent
         self._last_closing: list[bytes] = []
         self._last_delta: dict[str, Any] | None = None
+        self._last_errored = False
         self._reset()
 
     def _reset(self) -> None:
@@ -92,6 +93,7 @@ class MessagesRelay:
         self._blocks: dict[int, _Block] = {}
         self._delta: dict[str, Any] | None = None
         self._closing: list[bytes] = []  # the round's own message_delta / message_stop bytes
+        self._errored = False  # the upstream sent an error event: the message ends there
 
     def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
         """The bytes to send the client now for one upstream event (maybe none)."""
@@ -116,6 +118,8 @@ class MessagesRelay:
         if kind == "message_stop":
             self._closing.append(raw)
             return []
+        if kind == "error":
+            self._errored = True
         return [raw]  # ping, error, and event types this proxy does not know
 
     def _start(self, data: dict[str, Any], raw: bytes) -> list[bytes]:
@@ -172,6 +176,7 @@ class MessagesRelay:
         rnd = as_round({**self._message, "content": [s.block for s in blocks]}, self.hide)
         self.rounds.append(rnd)
         self._last_closing, self._last_delta = self._closing, self._delta
+        self._last_errored = self._errored
         self._reset()
         return rnd
 
@@ -181,8 +186,10 @@ class MessagesRelay:
         The stop reason is the last round's, "end_turn" instead of "tool_use" when that
         round's only calls were hidden (`hidden_last` says so too); usage is every round's.
         """
-        if self._blocks or self._delta is not None or not self.rounds:
+        if self._blocks or self._delta is not None or self._errored or not self.rounds:
             self.end_round()
+        if self._last_errored and self._last_delta is None:
+            return []  # the client already has the upstream's error: nothing follows it
         last = self.rounds[-1]
         reply: dict[str, Any] = last.raw
         reason = reply.get("stop_reason")

@@ -164,6 +164,17 @@ def test_other_events_pass_unchanged(event: str | None, data: str | None) -> Non
     assert relay.feed(event, data, raw) == [raw]
 
 
+def test_an_upstream_error_mid_stream_ends_the_message() -> None:
+    relay = MessagesRelay()
+    upstream = stream("msg_1", [text("Hello there")], "end_turn", USAGE_1)
+    broken = upstream[: upstream.index(b"event: content_block_stop")]
+    error = sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "x"}})
+    sent = relay_round(relay, broken + error)
+    assert sent.endswith(error)
+    relay.end_round()
+    assert relay.finish(hidden_last=False) == []  # nothing after the upstream's error
+
+
 def test_thinking_signatures_and_citations_are_folded_exactly() -> None:
     relay = MessagesRelay()
     citation = {"type": "char_location", "cited_text": "x", "document_index": 0}
