@@ -43,15 +43,22 @@ def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
         raise UnrecognisedHistory("messages is not a list")
     out = [] if system is None else [_system_to_neutral(system)]
     previous: Any = None
+    calls: set[str] = set()  # tool_use ids of the assistant messages just before
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise UnrecognisedHistory(f"message {i} is not an object")
         _check_blocks(i, msg.get("content"))
         role = msg.get("role")
-        if role == "assistant":
+        after_assistant = isinstance(previous, dict) and previous.get("role") == "assistant"
+        if role == "assistant" and after_assistant:
+            # Anthropic joins consecutive assistant messages into one turn: so does the core.
+            out[-1] = _assistant_run([*out[-1][X_ITEMS], msg])
+            calls |= tool_use_ids(msg)
+        elif role == "assistant":
             out.append(assistant_to_neutral(msg))
+            calls = tool_use_ids(msg)
         elif role == "user":
-            out.extend(_user_to_neutral(i, msg, previous))
+            out.extend(_user_to_neutral(i, msg, calls if after_assistant else set()))
         elif role == "system":
             # Claude Code's mid-conversation instructions: ordinary content for the core,
             # so they stay at their place (a leading system would be moved by a summary).
@@ -66,25 +73,35 @@ def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
 
 def assistant_to_neutral(message: dict[str, Any]) -> dict[str, Any]:
     """One assistant message (a request's, or a reply reduced to role and content)."""
-    content = message.get("content")
+    return _assistant_run([message])
+
+
+def _assistant_run(originals: list[dict[str, Any]]) -> dict[str, Any]:
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
-    for block in content if isinstance(content, list) else ():
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "thinking" and isinstance(block.get("thinking"), str):
-            thinking.append(block["thinking"])
-        elif kind == "tool_use":
-            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
-                raise UnrecognisedHistory("a tool_use block without a string id and name")
-            function = {"name": block["name"], "arguments": _json(block.get("input", {}))}
-            calls.append({"id": block["id"], "type": "function", "function": function})
-    neutral: dict[str, Any] = {"role": "assistant", "content": _assistant_text(content)}
+    for message in originals:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "thinking" and isinstance(block.get("thinking"), str):
+                thinking.append(block["thinking"])
+            elif kind == "tool_use":
+                if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                    raise UnrecognisedHistory("a tool_use block without a string id and name")
+                function = {"name": block["name"], "arguments": _json(block.get("input", {}))}
+                calls.append({"id": block["id"], "type": "function", "function": function})
+    neutral: dict[str, Any] = {"role": "assistant", "content": _run_text(originals)}
     if calls:
         neutral["tool_calls"] = calls
     if thinking:
         neutral["reasoning_content"] = "\n".join(thinking)
-    neutral[X_ITEMS] = [message]
+    neutral[X_ITEMS] = list(originals)
     return neutral
+
+
+def _run_text(originals: list[dict[str, Any]]) -> str | None:
+    texts = [t for t in (_assistant_text(m.get("content")) for m in originals) if t]
+    return "\n".join(texts) or None
 
 
 def _assistant_text(content: Any) -> str | None:
@@ -122,11 +139,10 @@ def _check_blocks(i: int, content: Any) -> None:
             raise UnrecognisedHistory(f"message {i}: a block without a type")
 
 
-def _user_to_neutral(i: int, msg: dict[str, Any], previous: Any) -> list[dict[str, Any]]:
+def _user_to_neutral(i: int, msg: dict[str, Any], calls: set[str]) -> list[dict[str, Any]]:
     content = msg["content"]
     if isinstance(content, str) or not any(b["type"] == "tool_result" for b in content):
         return [{"role": "user", "content": _parts(content), X_ITEMS: [msg]}]
-    calls = tool_use_ids(previous)
     envelope = {k: None if k == "content" else v for k, v in msg.items()}
     out: list[dict[str, Any]] = []
     rest = []
@@ -233,9 +249,7 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
             pending.append(_new_result(msg))
         elif role == "assistant":
             _flush(out, pending)
-            wire = _assistant_to_wire(msg)
-            if wire is not None:
-                out.append(wire)
+            out.extend(_assistant_to_wire(msg))
         elif role == "user":
             original = _original(msg)
             if isinstance(original, dict) and original.get("role") == "system":
@@ -377,22 +391,28 @@ def _user_to_wire(
     return {"role": "user", "content": content}
 
 
-def _assistant_to_wire(msg: dict[str, Any]) -> dict[str, Any] | None:
-    original = _original(msg)
+def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    items = msg.get(X_ITEMS)
+    originals = [o for o in items if isinstance(o, dict)] if isinstance(items, list) else []
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
-    if not isinstance(original, dict):
+    if not originals:
         blocks = _as_blocks(content_to_text(msg.get("content")))
         blocks += [_tool_use(c) for c in calls]
-        return {"role": "assistant", "content": blocks} if blocks else None
-    known = tool_use_ids(original)
+        return [{"role": "assistant", "content": blocks}] if blocks else []
+    known = {i for o in originals for i in tool_use_ids(o)}
     extra = [_tool_use(c) for c in calls if c.get("id") not in known]
     text = msg.get("content")
-    if text != _assistant_text(original.get("content")):
-        original = {**original, "content": _retexted(original.get("content"), text)}
-    if not extra:
-        return original
-    # The proxy's hidden extract calls join the client's message after its own blocks.
-    return {**original, "content": [*_as_blocks(original.get("content")), *extra]}
+    if text != _run_text(originals):  # the core rewrote it (a summary request shortening it)
+        blocks = [b for o in originals for b in _as_blocks(o.get("content"))]
+        originals = [{**originals[0], "content": _retexted(blocks, text)}]
+    if extra:
+        # The proxy's hidden extract calls join the client's message after its own blocks.
+        last = originals[-1]
+        originals = [
+            *originals[:-1],
+            {**last, "content": [*_as_blocks(last.get("content")), *extra]},
+        ]
+    return originals
 
 
 def _retexted(content: Any, text: Any) -> list[Any]:
@@ -429,11 +449,15 @@ def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
     """Make a history that lost its start (a summary cut) one Anthropic accepts."""
     if not whole and out and out[0].get("role") != "user":
         out.insert(0, {"role": "user", "content": CONTINUED})
+    run: set[str] = set()  # tool_use ids of the assistant messages just before
     for k, msg in enumerate(out):
         content = msg.get("content")
+        after_assistant = k > 0 and out[k - 1].get("role") == "assistant"
+        if msg.get("role") == "assistant":
+            run = (run if after_assistant else set()) | tool_use_ids(msg)
         if msg.get("role") != "user" or not isinstance(content, list):
             continue
-        calls = tool_use_ids(out[k - 1]) if k else set()
+        calls = run if after_assistant else set()
         orphan = [
             isinstance(b, dict)
             and b.get("type") == "tool_result"

@@ -296,18 +296,26 @@ def check_request(body: Any) -> None:
     if not messages:
         raise MalformedRequest("messages: at least one message is required")
     previous: Any = None
+    calls: set[str] = set()  # the tool_use ids a tool_result here may answer
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(msg, dict):
             raise MalformedRequest(f"{where}: Input should be an object")
-        if msg.get("role") not in _ROLES:
+        role = msg.get("role")
+        if role not in _ROLES:
             raise MalformedRequest(f"{where}.role: Input should be 'user' or 'assistant'")
         content = msg.get("content")
         if not isinstance(content, str | list):
             raise MalformedRequest(f"{where}.content: Input should be a string or a list of blocks")
-        calls = tool_use_ids(previous)
+        # Anthropic joins consecutive messages of one role into one turn: the calls of a run
+        # of assistant messages may be answered anywhere in the user messages that follow.
+        before = previous.get("role") if isinstance(previous, dict) else None
+        if role == "assistant":
+            calls = (calls if before == "assistant" else set()) | tool_use_ids(msg)
+        elif role != "user" or before not in ("assistant", "user"):
+            calls = set()
         for j, block in enumerate(content if isinstance(content, list) else ()):
-            _check_block(f"{where}.content.{j}", block, msg["role"], calls)
+            _check_block(f"{where}.content.{j}", block, str(role), calls)
         previous = msg
 
 
@@ -345,8 +353,8 @@ def _check_block(where: str, block: Any, role: str, calls: set[str]) -> None:
     if role != "user" or call_id not in calls:
         raise MalformedRequest(
             f"{where}: unexpected `tool_use_id` in a `tool_result` block: {call_id[:80]}. "
-            "Each `tool_result` block must answer a `tool_use` block of the message just "
-            "before it."
+            "Each `tool_result` block must answer a `tool_use` block of the assistant turn "
+            "just before it."
         )
     content = block.get("content")
     if content is not None and not isinstance(content, str | list):

@@ -93,27 +93,31 @@ def session() -> list[dict[str, Any]]:
 
 def anthropic_errors(messages: list[dict[str, Any]]) -> list[str]:
     """What Anthropic would refuse: a non-user start, a misplaced or orphan tool_result,
-    a tool_use left unanswered by the next message."""
+    a tool_use left unanswered by the next message. Consecutive assistant messages are one
+    turn, as Anthropic joins them."""
     errors = []
     if messages and messages[0].get("role") != "user":
         errors.append("first message is not a user message")
+    run: list[str] = []  # tool_use ids of the assistant messages just before
     for k, msg in enumerate(messages):
+        role = msg.get("role")
         content = msg.get("content") if isinstance(msg.get("content"), list) else []
-        prev = messages[k - 1] if k else {}
-        prev_content = prev.get("content") if isinstance(prev.get("content"), list) else []
-        calls = [b["id"] for b in prev_content if b.get("type") == "tool_use"]
-        if prev.get("role") != "assistant":
-            calls = []
-        kinds = [b.get("type") for b in content]
+        after_assistant = k > 0 and messages[k - 1].get("role") == "assistant"
         results = [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
-        if results and msg.get("role") != "user":
+        if results and role != "user":
             errors.append(f"{k}: tool_result outside a user message")
+        if role == "assistant":
+            ids = [b["id"] for b in content if b.get("type") == "tool_use"]
+            run = (run if after_assistant else []) + ids
+            continue
+        calls = run if after_assistant else []
+        kinds = [b.get("type") for b in content]
         if any(r not in calls for r in results):
             errors.append(f"{k}: tool_result without its tool_use just before")
         if "tool_result" in kinds and kinds[: len(results)] != ["tool_result"] * len(results):
             errors.append(f"{k}: tool_result blocks not first")
-        if calls and k < len(messages) and set(calls) - set(results):
-            errors.append(f"{k}: tool_use of message {k - 1} unanswered")
+        if set(calls) - set(results):
+            errors.append(f"{k}: tool_use of the turn before unanswered")
     return errors
 
 
@@ -203,7 +207,14 @@ def requests(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
         n_calls = draw(st.integers(0, 3))
         ids = [f"toolu_{counter + i}" for i in range(n_calls)]
         counter += n_calls
-        messages.append(draw(assistant(ids)))
+        reply = draw(assistant(ids))
+        content = reply["content"]
+        cut = draw(st.integers(0, len(content))) if isinstance(content, list) else 0
+        if 0 < cut < len(content):  # one turn sent as two assistant messages
+            messages.append({"role": "assistant", "content": content[:cut]})
+            messages.append({"role": "assistant", "content": content[cut:]})
+        else:
+            messages.append(reply)
         if ids:
             order = draw(st.permutations(ids))
             blocks: list[dict[str, Any]] = [

@@ -528,3 +528,48 @@ def test_an_assistant_message_is_retexted_around_its_other_blocks(
     original = {"role": "assistant", "content": content}
     neutral = {**to_neutral(None, [original])[0], "content": text}
     assert from_neutral([{"role": "user", "content": "q"}, neutral])[1][1]["content"] == expected
+
+
+def test_consecutive_assistant_messages_are_one_turn() -> None:
+    """Anthropic joins them; a tool_result may answer a call of either."""
+    first = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "t", "signature": SIG}, tool_use("toolu_a")],
+    }
+    second = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "and"}, tool_use("toolu_b")],
+    }
+    answers = {"role": "user", "content": [tool_result("toolu_a"), tool_result("toolu_b")]}
+    msgs = [{"role": "user", "content": "go"}, first, second, answers]
+    neutral = to_neutral(None, msgs)
+    assert [m["role"] for m in neutral] == ["user", "assistant", "tool", "tool"]
+    assert neutral[1][X_ITEMS] == [first, second]
+    assert [c["id"] for c in neutral[1]["tool_calls"]] == ["toolu_a", "toolu_b"]
+    assert neutral[1]["content"] == "and" and neutral[1]["reasoning_content"] == "t"
+    validate(neutral)
+    _, out = from_neutral(neutral)
+    assert out[1] is first and out[2] is second and dumps(out) == dumps(msgs)
+    # A hidden extract call joins the last message of the turn.
+    hidden = {**neutral[1], "tool_calls": [*neutral[1]["tool_calls"], extract_call("x", "k")]}
+    answer_x = {"role": "tool", "tool_call_id": "x", "content": "r"}
+    _, out = from_neutral([neutral[0], hidden, answer_x, *neutral[2:]])
+    assert out[1] is first and out[2]["content"][-1]["id"] == "x"
+    assert [b["tool_use_id"] for b in out[3]["content"]] == ["x", "toolu_a", "toolu_b"]
+    assert anthropic_errors(out) == []
+    # Cut after the first of the two: its result is an orphan, the other is kept.
+    only_second = {**neutral[1], X_ITEMS: [second], "tool_calls": neutral[1]["tool_calls"][1:]}
+    _, out = from_neutral([only_second, *neutral[2:]])
+    assert [b["type"] for b in out[-1]["content"]] == ["tool_result", "text"]
+    assert anthropic_errors(out) == []
+
+
+def test_results_spread_over_several_user_messages_go_up_uncompacted() -> None:
+    msgs = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [tool_use("toolu_a"), tool_use("toolu_b")]},
+        {"role": "user", "content": [tool_result("toolu_a")]},
+        {"role": "user", "content": [tool_result("toolu_b")]},
+    ]
+    with pytest.raises(UnrecognisedHistory):
+        to_neutral(None, msgs)

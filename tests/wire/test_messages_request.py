@@ -493,3 +493,38 @@ def test_errors_take_anthropics_shape_and_type(status: int, kind: str) -> None:
 )  # fmt: skip
 def test_a_length_refusal_names_the_window(error: Any, window: int | None) -> None:
     assert learned_window(error) == window
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        # one assistant turn sent as two messages, answered together
+        [
+            {"role": "assistant", "content": [tool_use("toolu_a")]},
+            {"role": "assistant", "content": [tool_use("toolu_b")]},
+            {"role": "user", "content": [tool_result("toolu_a"), tool_result("toolu_b")]},
+        ],
+        # answers sent as two user messages
+        [
+            {"role": "assistant", "content": [tool_use("toolu_a"), tool_use("toolu_b")]},
+            {"role": "user", "content": [tool_result("toolu_a")]},
+            {"role": "user", "content": [tool_result("toolu_b")]},
+        ],
+    ],
+)
+def test_turns_split_over_consecutive_messages_are_accepted(messages: Any) -> None:
+    """Anthropic joins consecutive messages of one role into one turn: no 400 for them."""
+    assert request_error(body(messages=[{"role": "user", "content": "go"}, *messages])) is None
+
+
+def test_a_result_for_a_turn_before_the_last_is_refused() -> None:
+    messages = [
+        {"role": "user", "content": "go"},
+        CALL,
+        {"role": "user", "content": [tool_result("toolu_1")]},
+        {"role": "assistant", "content": [tool_use("toolu_2")]},
+        {"role": "user", "content": [tool_result("toolu_1")]},
+    ]
+    assert "messages.4.content.0: unexpected `tool_use_id`" in str(
+        request_error(body(messages=messages))
+    )
