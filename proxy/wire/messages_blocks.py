@@ -16,14 +16,22 @@ is in `proxy.wire.messages_request`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from proxy.conversation_message import content_to_text
 from proxy.session import UnrecognisedHistory
+from proxy.wire.messages_content import (
+    as_blocks,
+    assistant_text,
+    from_parts,
+    json_text,
+    parts,
+    retexted,
+    tool_content,
+    tool_use_block,
+    tool_use_ids,
+)
 
 # Private keys of neutral messages (the core ignores them and keeps them on its copies).
 X_ITEMS = "x_items"  # the original wire objects, never edited
@@ -62,7 +70,7 @@ def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
         elif role == "system":
             # Claude Code's mid-conversation instructions: ordinary content for the core,
             # so they stay at their place (a leading system would be moved by a summary).
-            out.append({"role": "user", "content": _parts(msg["content"]), X_ITEMS: [msg]})
+            out.append({"role": "user", "content": parts(msg["content"]), X_ITEMS: [msg]})
         else:
             raise UnrecognisedHistory(f"message {i} has no known role")
         previous = msg
@@ -88,7 +96,7 @@ def _assistant_run(originals: list[dict[str, Any]]) -> dict[str, Any]:
             elif kind == "tool_use":
                 if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                     raise UnrecognisedHistory("a tool_use block without a string id and name")
-                function = {"name": block["name"], "arguments": _json(block.get("input", {}))}
+                function = {"name": block["name"], "arguments": json_text(block.get("input", {}))}
                 calls.append({"id": block["id"], "type": "function", "function": function})
     neutral: dict[str, Any] = {"role": "assistant", "content": _run_text(originals)}
     if calls:
@@ -100,18 +108,7 @@ def _assistant_run(originals: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _run_text(originals: list[dict[str, Any]]) -> str | None:
-    texts = [t for t in (_assistant_text(m.get("content")) for m in originals) if t]
-    return "\n".join(texts) or None
-
-
-def _assistant_text(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content or None
-    texts = [
-        b["text"]
-        for b in (content if isinstance(content, list) else ())
-        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-    ]
+    texts = [t for t in (assistant_text(m.get("content")) for m in originals) if t]
     return "\n".join(texts) or None
 
 
@@ -142,7 +139,7 @@ def _check_blocks(i: int, content: Any) -> None:
 def _user_to_neutral(i: int, msg: dict[str, Any], calls: set[str]) -> list[dict[str, Any]]:
     content = msg["content"]
     if isinstance(content, str) or not any(b["type"] == "tool_result" for b in content):
-        return [{"role": "user", "content": _parts(content), X_ITEMS: [msg]}]
+        return [{"role": "user", "content": parts(content), X_ITEMS: [msg]}]
     envelope = {k: None if k == "content" else v for k, v in msg.items()}
     out: list[dict[str, Any]] = []
     rest = []
@@ -157,63 +154,15 @@ def _user_to_neutral(i: int, msg: dict[str, Any], calls: set[str]) -> list[dict[
             {
                 "role": "tool",
                 "tool_call_id": call_id,
-                "content": _tool_content(block),
+                "content": tool_content(block),
                 X_ITEMS: [block],
                 X_GROUP: i,
                 X_ENVELOPE: envelope,
             }
         )
     if rest:
-        out.append({"role": "user", "content": _parts(rest), X_ITEMS: [msg], X_GROUP: i})
+        out.append({"role": "user", "content": parts(rest), X_ITEMS: [msg], X_GROUP: i})
     return out
-
-
-def tool_use_ids(message: Any) -> set[str]:
-    """Ids of the `tool_use` blocks of an assistant message (empty for anything else)."""
-    if not isinstance(message, dict) or message.get("role") != "assistant":
-        return set()
-    content = message.get("content")
-    return {
-        b["id"]
-        for b in (content if isinstance(content, list) else ())
-        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)
-    }
-
-
-def _tool_content(block: dict[str, Any]) -> Any:
-    content = block.get("content")
-    if content is None:
-        return ""
-    return _parts(content)
-
-
-def _parts(content: Any) -> Any:
-    """Chat content for wire content: text stays text, images become `image_url` parts."""
-    if not isinstance(content, list):
-        return content
-    return [_part(b) for b in content]
-
-
-def _part(block: Any) -> Any:
-    kind = block.get("type") if isinstance(block, dict) else None
-    if kind == "text" and isinstance(block.get("text"), str):
-        return {"type": "text", "text": block["text"]}
-    source = block.get("source") if kind == "image" else None
-    if isinstance(source, dict):
-        # Counted as "[image]", not as kilobytes of base64, by the core's size estimate.
-        if source.get("type") == "base64":
-            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-        else:
-            url = str(source.get("url") or source.get("file_id") or "")
-        return {"type": "image_url", "image_url": {"url": url}}
-    return block
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # integers beyond 64 bits
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 # -- neutral -> request -------------------------------------------------------------------
@@ -290,56 +239,26 @@ def _system_from(messages: list[dict[str, Any]]) -> Any:
     if len(messages) == 1:
         items = messages[0][X_ITEMS]
         return items[0] if len(items) == 1 and isinstance(items[0], str) else list(items)
-    return [b for m in messages for b in _as_blocks(_system_items(m[X_ITEMS]))]
+    return [b for m in messages for b in as_blocks(_system_items(m[X_ITEMS]))]
 
 
 def _system_items(items: list[Any]) -> Any:
     return items[0] if len(items) == 1 and isinstance(items[0], str) else items
 
 
-def _as_blocks(content: Any) -> list[Any]:
-    if isinstance(content, list):
-        return list(content)
-    if isinstance(content, str) and content:
-        return [{"type": "text", "text": content}]
-    return []
-
-
-def _from_parts(content: Any) -> Any:
-    """Wire content for chat content the core wrote (a string, or parts)."""
-    if not isinstance(content, list):
-        return "" if content is None else content
-    blocks = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "image_url" and isinstance(part.get("image_url"), dict):
-            url = str(part["image_url"].get("url") or "")
-            head, _, data = url.partition(";base64,")
-            if head.startswith("data:") and data:
-                source = {"type": "base64", "media_type": head[5:], "data": data}
-            else:
-                source = {"type": "url", "url": url}
-            blocks.append({"type": "image", "source": source})
-        elif isinstance(part, str):
-            blocks.append({"type": "text", "text": part})
-        else:
-            blocks.append(part)
-    return blocks
-
-
 def _result_to_wire(msg: dict[str, Any]) -> dict[str, Any]:
     block: dict[str, Any] = msg[X_ITEMS][0]
     content = msg.get("content")
-    if content == _tool_content(block):
+    if content == tool_content(block):
         return block
-    return {**block, "content": _from_parts(content)}  # the level-1 placeholder
+    return {**block, "content": from_parts(content)}  # the level-1 placeholder
 
 
 def _new_result(msg: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "tool_result",
         "tool_use_id": str(msg.get("tool_call_id")),
-        "content": _from_parts(msg.get("content")),
+        "content": from_parts(msg.get("content")),
     }
 
 
@@ -357,8 +276,8 @@ def _group_to_wire(
         blocks = content if isinstance(content, list) else []
         originals = [b for b in blocks if b.get("type") == "tool_result"]
         rest = [b for b in blocks if b.get("type") != "tool_result"]
-        if rest_msg.get("content") != _parts(rest):
-            rest = _as_blocks(_from_parts(rest_msg.get("content")))
+        if rest_msg.get("content") != parts(rest):
+            rest = as_blocks(from_parts(rest_msg.get("content")))
         elif not pending and results == originals:
             return envelope  # nothing changed: the client's own message
     else:
@@ -372,9 +291,9 @@ def _group_to_wire(
 def _edited(msg: dict[str, Any], original: dict[str, Any]) -> dict[str, Any]:
     """The original, or a copy with the content the core wrote (e.g. a shortened message)."""
     content = msg.get("content")
-    if content == _parts(original.get("content")):
+    if content == parts(original.get("content")):
         return original
-    return {**original, "content": _from_parts(content)}
+    return {**original, "content": from_parts(content)}
 
 
 def _user_to_wire(
@@ -383,11 +302,11 @@ def _user_to_wire(
     if isinstance(original, dict):
         wire = _edited(msg, original)
         if pending:
-            wire = {**wire, "content": [*pending, *_as_blocks(wire.get("content"))]}
+            wire = {**wire, "content": [*pending, *as_blocks(wire.get("content"))]}
         return wire
-    content = _from_parts(msg.get("content"))
+    content = from_parts(msg.get("content"))
     if pending:
-        content = [*pending, *_as_blocks(content)]
+        content = [*pending, *as_blocks(content)]
     return {"role": "user", "content": content}
 
 
@@ -396,53 +315,23 @@ def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
     originals = [o for o in items if isinstance(o, dict)] if isinstance(items, list) else []
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
     if not originals:
-        blocks = _as_blocks(content_to_text(msg.get("content")))
-        blocks += [_tool_use(c) for c in calls]
+        blocks = as_blocks(content_to_text(msg.get("content")))
+        blocks += [tool_use_block(c) for c in calls]
         return [{"role": "assistant", "content": blocks}] if blocks else []
     known = {i for o in originals for i in tool_use_ids(o)}
-    extra = [_tool_use(c) for c in calls if c.get("id") not in known]
+    extra = [tool_use_block(c) for c in calls if c.get("id") not in known]
     text = msg.get("content")
     if text != _run_text(originals):  # the core rewrote it (a summary request shortening it)
-        blocks = [b for o in originals for b in _as_blocks(o.get("content"))]
-        originals = [{**originals[0], "content": _retexted(blocks, text)}]
+        blocks = [b for o in originals for b in as_blocks(o.get("content"))]
+        originals = [{**originals[0], "content": retexted(blocks, text)}]
     if extra:
         # The proxy's hidden extract calls join the client's message after its own blocks.
         last = originals[-1]
         originals = [
             *originals[:-1],
-            {**last, "content": [*_as_blocks(last.get("content")), *extra]},
+            {**last, "content": [*as_blocks(last.get("content")), *extra]},
         ]
     return originals
-
-
-def _retexted(content: Any, text: Any) -> list[Any]:
-    """Blocks with their text replaced by `text` (at the first text block's place, else after
-    the thinking); every other block, thinking included, unchanged."""
-    blocks = _as_blocks(content)
-    kinds = [b.get("type") if isinstance(b, dict) else None for b in blocks]
-    thinking = ("thinking", "redacted_thinking")
-    lead = next((i for i, kind in enumerate(kinds) if kind not in thinking), len(kinds))
-    at = kinds.index("text") if "text" in kinds else lead
-    new = _as_blocks(content_to_text(text))
-    kept = [b for b, kind in zip(blocks, kinds, strict=True) if kind != "text"]
-    before = sum(1 for kind in kinds[:at] if kind != "text")
-    return [*kept[:before], *new, *kept[before:]]
-
-
-def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function")
-    function = function if isinstance(function, dict) else {}
-    arguments = function.get("arguments")
-    try:
-        value = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
-    except orjson.JSONDecodeError:
-        value = {}
-    return {
-        "type": "tool_use",
-        "id": str(call.get("id")),
-        "name": str(function.get("name") or ""),
-        "input": value if isinstance(value, dict) else {},
-    }
 
 
 def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
@@ -481,5 +370,5 @@ def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
 
 
 def _orphan_text(block: dict[str, Any]) -> dict[str, Any]:
-    text = content_to_text(_tool_content(block))
+    text = content_to_text(tool_content(block))
     return {"type": "text", "text": f"[Result of tool call {block.get('tool_use_id')}]\n{text}"}

@@ -18,7 +18,8 @@ from typing import Any
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
 from proxy.wire.base import Outgoing, Round
-from proxy.wire.messages_blocks import from_neutral, tool_use_ids
+from proxy.wire.messages_blocks import from_neutral
+from proxy.wire.messages_content import tool_use_ids
 
 MAX_BREAKPOINTS = 4
 SUMMARY_MAX_TOKENS = 8192  # Anthropic requires max_tokens; a summary of 8 sections fits

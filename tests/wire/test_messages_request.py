@@ -315,7 +315,14 @@ def test_well_formed_bodies_pass(request_body: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["messages_blocks", "messages_reply", "messages_request", "messages_stream"]
+    "name",
+    [
+        "messages_blocks",
+        "messages_content",
+        "messages_reply",
+        "messages_request",
+        "messages_stream",
+    ],
 )
 def test_the_messages_adapter_is_pure(name: str) -> None:
     path = Path(proxy.__file__).parent / "wire" / f"{name}.py"
