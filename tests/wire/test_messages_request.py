@@ -314,16 +314,10 @@ def test_well_formed_bodies_pass(request_body: Any) -> None:
     assert request_error(request_body) is None
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "messages_blocks",
-        "messages_content",
-        "messages_reply",
-        "messages_request",
-        "messages_stream",
-    ],
-)
+MODULES = ["messages_blocks", "messages_content", "messages_reply", "messages_request"]
+
+
+@pytest.mark.parametrize("name", [*MODULES, "messages_stream"])
 def test_the_messages_adapter_is_pure(name: str) -> None:
     path = Path(proxy.__file__).parent / "wire" / f"{name}.py"
     assert imported_roots(path) & FORBIDDEN == set()
