@@ -82,42 +82,42 @@ def _text(message: dict[str, Any]) -> str:
 
 
 def summary_body(
-    chat_body: dict[str, Any],
-    client_body: dict[str, Any] | None = None,
-    max_tokens: int = SUMMARY_MAX_TOKENS,
+    body: dict[str, Any] | None, chat_body: dict[str, Any], max_tokens: int = SUMMARY_MAX_TOKENS
 ) -> dict[str, Any]:
     """A summary request (Chat Completions-shaped, neutral messages) as a Messages body.
 
     System messages become `system`; the conversation goes back to its blocks (a request
     that repeats the turn's prefix keeps its cache breakpoints). Without tools, tool blocks
-    become text: Anthropic refuses them in a request without tools. `client_body`: the
-    client's `thinking` setting is kept, since changing it would miss the messages' cache
-    (then `max_tokens` is at least the client's, which must exceed the thinking budget).
+    become text: Anthropic refuses them in a request without tools. For the session's own
+    model, the client's (`body`) `thinking` setting goes along, since another one would
+    miss the messages' cache; `max_tokens` is then at least the client's, which must exceed
+    the thinking budget.
     """
     system, messages = from_neutral(chat_body.get("messages") or [])
     tools = chat_body.get("tools")
     if not tools:
         messages = [_without_tool_blocks(m) for m in messages]
     system, tools, messages = limit_breakpoints(system, tools, messages)
-    body: dict[str, Any] = {
+    sent: dict[str, Any] = {
         "model": chat_body.get("model"),
         "max_tokens": max_tokens,
         "messages": messages,
         "stream": False,
     }
-    thinking = (client_body or {}).get("thinking")
-    if isinstance(thinking, dict):
-        body["thinking"] = thinking
-        client_max = (client_body or {}).get("max_tokens")
+    client = body or {}
+    thinking = client.get("thinking")
+    if isinstance(thinking, dict) and client.get("model") == chat_body.get("model"):
+        sent["thinking"] = thinking
+        client_max = client.get("max_tokens")
         if isinstance(client_max, int) and client_max > max_tokens:
-            body["max_tokens"] = client_max
+            sent["max_tokens"] = client_max
     if system:
-        body["system"] = system
+        sent["system"] = system
     if tools:
-        body["tools"] = tools
+        sent["tools"] = tools
         if chat_body.get("tool_choice") == "none":
-            body["tool_choice"] = {"type": "none"}
-    return body
+            sent["tool_choice"] = {"type": "none"}
+    return sent
 
 
 def _without_tool_blocks(message: dict[str, Any]) -> dict[str, Any]:

@@ -422,12 +422,15 @@ def test_a_summary_request_repeating_the_turn_keeps_its_blocks_and_thinking() ->
         "stream": False,
         "tools": tools,
     }
-    sent = summary_body(chat, body)
+    sent = summary_body(body, chat)
     assert sent["system"] == SYSTEM_BLOCKS and sent["tools"] == tools
     # The turn's messages as sent (the cached prefix), then the instruction.
     assert orjson.dumps(sent["messages"][:-1]) == orjson.dumps(body["messages"])
     assert sent["messages"][-1] == {"role": "user", "content": "Summarise now."}
     assert sent["thinking"] == body["thinking"] and sent["max_tokens"] == 32000
+    # Another summary model may not think: then no thinking, our own max_tokens.
+    other = summary_body(body, {**chat, "model": "claude-haiku-4-5"})
+    assert "thinking" not in other and other["max_tokens"] == SUMMARY_MAX_TOKENS
     assert "tool_choice" not in sent and sent["stream"] is False
     assert anthropic_errors(sent["messages"]) == []
 
@@ -442,7 +445,7 @@ def test_a_summary_request_of_a_span_without_tools_turns_tool_blocks_into_text()
             {"role": "user", "content": "Write it."},
         ],
     }
-    sent = summary_body(chat)
+    sent = summary_body(None, chat)
     assert sent["system"] == "Summarise." and sent["max_tokens"] == SUMMARY_MAX_TOKENS
     assert "thinking" not in sent and "tools" not in sent
     kinds = [b.get("type") for m in sent["messages"] if isinstance(m["content"], list)
@@ -451,7 +454,7 @@ def test_a_summary_request_of_a_span_without_tools_turns_tool_blocks_into_text()
     text = orjson.dumps(sent["messages"]).decode()
     assert "[tool call toolu_3] Bash" in text and "[tool result srvtoolu_1]" in text
     assert sent["messages"][-1]["content"] == "Write it."
-    with_tools = summary_body({**chat, "tools": CLIENT_TOOLS, "tool_choice": "none"})
+    with_tools = summary_body(None, {**chat, "tools": CLIENT_TOOLS, "tool_choice": "none"})
     assert with_tools["tool_choice"] == {"type": "none"}
     assert [b["type"] for b in with_tools["messages"][2]["content"]][-1] == "tool_use"
 
