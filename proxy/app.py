@@ -32,7 +32,8 @@ from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.routes.admin_web import admin_web_routes
-from proxy.routes.forward import forward, forward_endpoint
+from proxy.routes.forward import anthropic_forward_endpoint, forward, forward_endpoint
+from proxy.routes.messages import messages
 from proxy.routes.responses import responses
 from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
@@ -133,6 +134,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, pool=pool)
+        anthropic = Upstream(settings, base_url=settings.anthropic_base_url + "/v1")
         owned = store is None
         active = store
         if active is None:
@@ -148,11 +150,13 @@ def create_app(
                 max_bytes=settings.store_cache_bytes,
             )
         app.state.upstream = upstream
+        app.state.anthropic_upstream = anthropic
         app.state.store = active
         try:
             yield
         finally:
             await upstream.aclose()
+            await anthropic.aclose()
             if owned:
                 await active.close()
 
@@ -163,6 +167,8 @@ def create_app(
         *admin_web_routes(),
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/{path:path}", anthropic_forward_endpoint, methods=FORWARD_METHODS),
         Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {

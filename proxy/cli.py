@@ -38,6 +38,12 @@ def _build_parser() -> argparse.ArgumentParser:
     add = serve.add_argument
     add("--upstream", dest="upstream_base_url", metavar="URL", help="upstream API base URL")
     add("--upstream-api-key", dest="upstream_api_key", metavar="KEY", help="key sent upstream")
+    add(
+        "--anthropic-upstream",
+        dest="anthropic_base_url",
+        metavar="URL",
+        help="Anthropic API base URL for /v1/messages (as ANTHROPIC_BASE_URL)",
+    )
     add("--host", dest="host", help="bind address (default 127.0.0.1)")
     add("--port", dest="port", help="bind port (default 8484)")
     add("--token-threshold", dest="token_threshold", metavar="N", help="compact above N tokens")

@@ -175,7 +175,11 @@ class Pipeline:
         started = time.perf_counter()
         try:
             resp = await self.upstream.send(
-                "POST", self.wire.path, headers=self.headers, content=orjson.dumps(body)
+                "POST",
+                self.wire.path,
+                headers=self.headers,
+                content=orjson.dumps(body),
+                params=self.request.scope.get("query_string", b""),  # e.g. ?beta=true
             )
             self.upstream_headers = self.upstream.response_headers(resp.headers)
             return resp

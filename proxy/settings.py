@@ -46,6 +46,12 @@ BUILTIN_COMPACTORS: Mapping[str, str] = {
 
 OPTIONS: tuple[Option, ...] = (
     Option("upstream_base_url", "upstream.base_url", "XUN_UPSTREAM", "--upstream"),
+    Option(
+        "anthropic_base_url",
+        "upstream.anthropic_base_url",
+        "XUN_ANTHROPIC_UPSTREAM",
+        "--anthropic-upstream",
+    ),
     Option("upstream_api_key", "upstream.api_key", "XUN_UPSTREAM_API_KEY", "--upstream-api-key"),
     Option("connect_timeout", "upstream.connect_timeout", "XUN_CONNECT_TIMEOUT"),
     Option("read_timeout", "upstream.read_timeout", "XUN_READ_TIMEOUT"),
@@ -133,6 +139,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
 
     upstream_base_url: str = "https://api.openai.com/v1"
+    # Anthropic's API for /v1/messages, a base URL as ANTHROPIC_BASE_URL takes it (no /v1).
+    anthropic_base_url: str = "https://api.anthropic.com"
     upstream_api_key: SecretStr | None = None
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
@@ -199,7 +207,7 @@ class Settings(BaseSettings):
         # load_settings merges env and file itself; constructing Settings never reads os.environ.
         return (init_settings,)
 
-    @field_validator("upstream_base_url")
+    @field_validator("upstream_base_url", "anthropic_base_url")
     @classmethod
     def _check_upstream(cls, value: str) -> str:
         value = value.strip()

@@ -114,9 +114,20 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 class Upstream:
     """Owns the shared pool. Create it in the app lifespan and `aclose()` it on shutdown."""
 
-    def __init__(self, settings: Settings, *, pool: Pool | None = None) -> None:
-        self.base_url = httpx.URL(settings.upstream_base_url)
-        self._api_key = settings.upstream_api_key_value
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pool: Pool | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        """The OpenAI-side upstream by default; `base_url` names another one (Anthropic's),
+        which gets `api_key` (None: the client's own credentials pass through)."""
+        if base_url is None:
+            base_url, api_key = settings.upstream_base_url, settings.upstream_api_key_value
+        self.base_url = httpx.URL(base_url)
+        self._api_key = api_key
         # Read timeouts: `read` covers the wait for the response headers (first byte); once
         # they are in, `send` switches the request to the idle timeout between body reads.
         self.first_byte_timeout = settings.first_byte_timeout or settings.read_timeout

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 from proxy.extract_tool import EXTRACT_TOOL_NAME
 from proxy.settings import Settings
 from tests.claude_model import (
@@ -22,29 +20,10 @@ from tests.claude_model import (
 from tests.conftest import proxy_settings
 from tests.fake_messages import FakeMessages, block_text, cache_breakpoints, tool_pairing_errors
 
-# The proxy's Anthropic upstream setting (`--anthropic-upstream`, config key
-# `upstream.anthropic_base_url`), whatever its field is named. Until it exists, `/v1/messages`
-# only passes through (to `upstream_base_url`) and the tests that need its compaction fail:
-# expected, strictly, on exactly that condition, so the marker lapses with the feature and an
-# early pass is reported.
-ANTHROPIC_UPSTREAM_FIELD = next(
-    (name for name in Settings.model_fields if "anthropic" in name), None
-)
-needs_messages_path = pytest.mark.xfail(
-    ANTHROPIC_UPSTREAM_FIELD is None,
-    reason="the proxy's /v1/messages compacting path is not built yet (issue 15)",
-    strict=True,
-)
-
 
 def messages_settings(fake: FakeMessages, **overrides: Any) -> Settings:
-    """A test proxy whose OpenAI and Anthropic upstreams are both the fake.
-
-    Until the Anthropic upstream setting exists, `/v1/messages` reaches the fake through the
-    pass-through (`upstream_base_url` ends in /v1, like the fake's Messages route).
-    """
-    if ANTHROPIC_UPSTREAM_FIELD is not None:
-        overrides.setdefault(ANTHROPIC_UPSTREAM_FIELD, fake.base_url)
+    """A test proxy whose OpenAI and Anthropic upstreams are both the fake."""
+    overrides.setdefault("anthropic_base_url", fake.base_url)
     return proxy_settings(fake, **overrides)
 
 

@@ -31,7 +31,6 @@ from tests.claude_checks import (
     is_placeholder,
     main_requests,
     messages_settings,
-    needs_messages_path,
     request_problems,
     system_texts,
     tool_names,
@@ -136,11 +135,10 @@ def test_claude_code_own_compaction_against_the_fake(tmp_path: Path, fake: FakeM
 # through the proxy ------------------------------------------------------------------------
 
 
-@needs_messages_path
 def test_claude_code_through_the_proxy_compacts(
     tmp_path: Path, fake: FakeMessages, direct_fake: FakeMessages
 ) -> None:
-    """The issue's list, for a low threshold (16 files of about 3,000 tokens, threshold 40k)."""
+    """The issue's list, for a low threshold (16 files of about 3,000 tokens, threshold 32k)."""
     paths = write_files(tmp_path / "work", 16, 150)
     direct_fake.policy = ReadFilesModel(paths)
     direct = claude_run(tmp_path, direct_fake.base_url, [])
@@ -149,7 +147,7 @@ def test_claude_code_through_the_proxy_compacts(
 
     fake.policy = model = ReadFilesModel(paths)
     settings = messages_settings(
-        fake, token_threshold=40_000, toolcall_keep_max=2, summary_keep_max=4
+        fake, token_threshold=32_000, toolcall_keep_max=2, summary_keep_max=4
     )
     with UvicornThread(create_app(settings)) as proxy:
         run = claude_run(tmp_path, proxy.url, [])
@@ -249,7 +247,6 @@ def test_claude_code_through_the_proxy_compacts(
     checks.verify()
 
 
-@needs_messages_path
 def test_claude_code_200k_session_is_compacted_by_the_proxy(
     tmp_path: Path, fake: FakeMessages
 ) -> None:

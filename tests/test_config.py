@@ -27,6 +27,9 @@ ENV = {"XDG_STATE_HOME": "/state"}
 
 # field: (YAML value, env string, flag value, then the expected file, env and flag results)
 VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
+    "anthropic_base_url": (
+        "http://f", "http://e", "http://g", "http://f", "http://e", "http://g"
+    ),
     "upstream_base_url": (
         "http://f/v1", "http://e/v1", "http://g/v1", "http://f/v1", "http://e/v1", "http://g/v1"
     ),

@@ -26,7 +26,6 @@ from tests.claude_checks import (
     is_placeholder,
     main_requests,
     messages_settings,
-    needs_messages_path,
     request_problems,
     system_texts,
     tool_results,
@@ -353,7 +352,6 @@ def run_loop(client: anthropic.Anthropic, paths: list[str], stream: bool) -> lis
     return replies
 
 
-@needs_messages_path
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_a_tool_loop_through_the_proxy_compacts(stream: bool) -> None:
     paths = [f"src/file_{n:02d}.py" for n in range(1, 13)]

@@ -117,14 +117,17 @@ def relay(response: UpstreamResponse, timing: dict[str, Any] | None = None) -> R
     return relayed
 
 
-async def forward(request: Request, *, body: bytes | None = None) -> Response:
-    """Pass `request` through to the same path upstream.
+async def forward(
+    request: Request, *, body: bytes | None = None, upstream: Upstream | None = None
+) -> Response:
+    """Pass `request` through to the same path upstream (`upstream`: another than the
+    OpenAI-side one, e.g. Anthropic's).
 
     `body` is given when the caller has already read the request body; otherwise it is
     streamed from the client.
     """
     settings: Settings = request.app.state.settings
-    upstream: Upstream = request.app.state.upstream
+    upstream = upstream or request.app.state.upstream
     headers = upstream.forward_headers(request.headers)
     content: Content
     if body is not None:
@@ -153,3 +156,8 @@ async def forward(request: Request, *, body: bytes | None = None) -> Response:
 async def forward_endpoint(request: Request) -> Response:
     """The route for every `/v1/...` path the proxy does not handle itself."""
     return await forward(request)
+
+
+async def anthropic_forward_endpoint(request: Request) -> Response:
+    """`/v1/messages/...` (count_tokens, batches): passed through to Anthropic's API."""
+    return await forward(request, upstream=request.app.state.anthropic_upstream)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
-from proxy.errors import InvalidRequest, PayloadTooLarge
+from proxy.errors import InvalidRequest, PayloadTooLarge, ProxyError
 from proxy.pipeline import Pipeline
 from proxy.routes.disconnect import unless_client_leaves
 from proxy.routes.forward import forward
@@ -48,12 +48,22 @@ def session_id_of(request: Request, names: list[str]) -> str | None:
 
 
 async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) -> Response:
-    """One model request through `wire`: compacted when it names a session."""
+    """One model request through `wire`: compacted when it names a session. The proxy's own
+    errors answer in the wire's shape (Anthropic's on /v1/messages)."""
+    try:
+        return await _serve(request, wire, upstream)
+    except ProxyError as exc:
+        body = wire.error_body(exc.status, exc.message, exc.type, exc.code)
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+
+async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, int(settings.max_body_bytes))
     session_id = session_id_of(request, list(settings.session_headers))
     if session_id is None:
-        return await unless_client_leaves(request.receive, forward(request, body=raw))
+        passed = forward(request, body=raw, upstream=upstream)
+        return await unless_client_leaves(request.receive, passed)
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
     body = wire.parse(raw)

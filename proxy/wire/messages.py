@@ -1,0 +1,94 @@
+"""Anthropic's Messages API on the wire (`POST /v1/messages`, as Claude Code sends it).
+
+Blocks map onto neutral messages in `proxy.wire.messages_blocks` (every original block rides
+along and goes back byte for byte, thinking signatures included); the bodies the proxy sends
+(the summary after the client's `system` blocks, at most 4 cache breakpoints, summary
+requests) are `proxy.wire.messages_request`, replies and usage `proxy.wire.messages_reply`,
+and the stream relay that hides extract `tool_use` blocks across rounds
+`proxy.wire.messages_stream`. Errors take Anthropic's shape. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.errors import InvalidRequest, UpstreamInvalidResponse
+from proxy.wire import messages_reply as reply
+from proxy.wire import messages_request as request
+from proxy.wire.base import JSON, Outgoing, Round
+from proxy.wire.messages_blocks import to_neutral
+from proxy.wire.messages_stream import MessagesRelay
+
+
+def parse_body(raw: bytes) -> JSON:
+    """The request body; what Anthropic would refuse is refused here the same way."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc.msg}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    problem = request.request_error(body)
+    if problem is not None:
+        raise InvalidRequest(problem)
+    return body
+
+
+class MessagesWire:
+    """`POST /v1/messages`, sent to `upstream.anthropic_base_url`."""
+
+    name = "messages"
+    path = "/messages"
+
+    def parse(self, raw: bytes) -> JSON:
+        return parse_body(raw)
+
+    def messages(self, body: JSON) -> list[JSON]:
+        return to_neutral(body.get("system"), body.get("messages"))
+
+    def tools(self, body: JSON) -> Any:
+        return body.get("tools")
+
+    def with_extract_tool(self, tools: Any) -> list[Any]:
+        return request.inject_tool(tools)
+
+    def defines_extract_tool(self, tools: Any) -> bool:
+        return request.client_defines_tool(tools)
+
+    def can_inject(self, body: JSON) -> bool:
+        return True
+
+    def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
+        return request.upstream_body(body, out, tools, stream=stream)
+
+    def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
+        return request.continue_body(body, rnd, results)
+
+    def reply_round(self, data: Any) -> Round:
+        try:
+            return reply.reply_round(data)
+        except reply.UnreadableReply as exc:
+            raise UpstreamInvalidResponse() from exc
+
+    def client_reply(self, body: JSON, rounds: list[Round], *, injected: bool) -> JSON:
+        return reply.client_reply(rounds, injected=injected)
+
+    def stream_relay(self, body: JSON) -> MessagesRelay:
+        return MessagesRelay(hide=not request.client_defines_tool(body.get("tools")))
+
+    def summary_body(self, body: JSON, chat_body: JSON) -> JSON:
+        return request.summary_body(body, chat_body)
+
+    def summary_reply(self, data: Any) -> JSON:
+        try:
+            return reply.summary_reply(data)
+        except reply.UnreadableReply as exc:
+            raise UpstreamInvalidResponse() from exc
+
+    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
+        return request.error_body(status, message, type_, code)
+
+    def learned_window(self, error_body: Any) -> int | None:
+        return request.learned_window(error_body)
