@@ -41,6 +41,9 @@ Content: TypeAlias = str | list[JSONDict]
 TRUNCATE_AT = 1000
 
 _MEASURED_FIELDS = frozenset({"content", "text", "reasoning", "reasoning_content"})
+# Keys a wire adapter adds to a neutral message for itself (its original items): not text
+# the model reads a second time.
+WIRE_PRIVATE_PREFIX = "x_"
 
 SCHEMA_INSTRUCTION = (
     "Respond with a single JSON object that conforms to this JSON schema:\n```json\n{schema}\n```"
@@ -251,6 +254,8 @@ def measure(value: Any) -> int:
     if isinstance(value, dict):
         total = 0
         for name, item in value.items():
+            if name.startswith(WIRE_PRIVATE_PREFIX):
+                continue  # a wire's own copy of what the message says (proxy.wire.base)
             if isinstance(item, str):
                 total += len(item) if name in _MEASURED_FIELDS else 0
             else:
