@@ -37,6 +37,7 @@ from proxy.conversation_message import (
     message_chars,
 )
 from proxy.economics import Economics
+from proxy.trail import default_budget
 
 SUMMARY_OUTPUT_TOKENS = 1024
 SUMMARY_INSTRUCTION_TOKENS = 450
@@ -105,6 +106,7 @@ class CacheAwareCompactor(CompactorAbstract):
     async def auto_compact(self, agent: CompactionAgent) -> CompactionReport:
         conv = agent.conversation
         threshold = agent.token_threshold
+        conv.trail_budget = default_budget(threshold)
         total = conv.total_tokens
         report = CompactionReport("none", tokens_before=total, estimated_tokens_after=total)
         if total is None or total <= threshold:

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
+from proxy.trail import default_budget
+
 if TYPE_CHECKING:
     from proxy.conversation import Conversation
     from proxy.economics import Economics
@@ -292,6 +294,7 @@ class AutoCompactor(CompactorAbstract):
     async def auto_compact(self, agent: CompactionAgent) -> CompactionReport:
         conversation = agent.conversation
         threshold = agent.token_threshold
+        conversation.trail_budget = default_budget(threshold)
         tokens_before = conversation.total_tokens
         report = CompactionReport("none", tokens_before=tokens_before)
         if tokens_before is None or tokens_before <= threshold:
@@ -346,4 +349,5 @@ async def compact_conversation(
     agent: CompactionAgent, keep_recent: int = 16
 ) -> SummaryCompactResult:
     """Level 2 only (the seed's `/compact`): summarise all but the newest `keep_recent`."""
+    agent.conversation.trail_budget = default_budget(agent.token_threshold)
     return await agent.conversation.acompact(agent.summarize, keep_recent)

@@ -35,7 +35,9 @@ from proxy.conversation_message import (
     measure,
     message_from_json,
     tool_result_text,
+    unreclaimed_param,
 )
+from proxy.trail import update as update_trail
 
 __all__ = ["FORMAT_VERSION", "CompactionCounter", "Conversation", "ConversationFormatError"]
 
@@ -79,6 +81,7 @@ class Conversation:
         self.total_tokens = total_tokens
         self.compaction_counter = CompactionCounter()
         self._originals: dict[str, Content] = {}
+        self.trail_budget: int | None = None  # tokens of the artifact trail; None: the default
         for message in messages:
             self.append(message)
 
@@ -286,14 +289,16 @@ class Conversation:
         if not isinstance(summary, str) or not summary.strip():
             return SummaryCompactResult(CompactStatus.SUMMARIZE_FAILED)
         kept = [self.messages[i] for i in plan.kept_indices(len(self.messages))]
-        summarized = len(plan.summarized_indices())
+        span = plan.summarized_indices()
+        dropped = [unreclaimed_param(self.messages[i], self._originals) for i in span]
         self.messages[plan.preamble :] = kept
-        self.set_system_message_content(summary, is_compressed=True)
+        system = self.set_system_message_content(summary, is_compressed=True)
+        system.trail = update_trail(system.trail, dropped, budget=self.trail_budget)
         self.total_tokens = None
         self.compaction_counter.summary_rounds += 1
         self.compaction_counter.toolcall_rounds = 0
         moved = plan.moved_user is not None
-        return SummaryCompactResult(CompactStatus.SUCCESS, summarized, len(kept), summary, moved)
+        return SummaryCompactResult(CompactStatus.SUCCESS, len(dropped), len(kept), summary, moved)
 
     # -- display and storage -------------------------------------------------------------
 

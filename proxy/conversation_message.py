@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
+from proxy.trail import render as render_trail
 
 __all__ = [
     "COMPACTED_SYSTEM_PROMPT",
@@ -32,6 +33,7 @@ __all__ = [
     "measure",
     "message_from_json",
     "tool_result_text",
+    "unreclaimed_param",
     "user_content",
 ]
 
@@ -59,19 +61,25 @@ class SystemPrompt:
     """The system message: prompt text or, when `is_compressed`, a summary; plus sections.
 
     `persist_sections` (name -> text, in insertion order) survive compaction and are sent
-    after the prompt unchanged.
+    after the prompt unchanged. `trail` (see `proxy.trail`), kept with a summary, is sent
+    inside the summary's data fence; like the sections, it survives compaction by merging,
+    so `text(with_sections=False)` (what a new summary reads) leaves it out.
     """
 
     content: str = ""
     is_compressed: bool = False
     persist_sections: dict[str, str] = field(default_factory=dict)
+    trail: dict[str, Any] | None = None
 
     @property
     def role(self) -> Literal["system"]:
         return "system"
 
     def text(self, *, with_sections: bool = True) -> str:
-        head = format_compacted_summary(self.content) if self.is_compressed else self.content
+        head = self.content
+        if self.is_compressed:
+            trail = render_trail(self.trail) if with_sections else ""
+            head = format_compacted_summary(f"{head}\n\n{trail}" if trail else head)
         parts = [head, *(self.persist_sections.values() if with_sections else ())]
         # Skipping empty parts keeps a lone section byte-identical to the client's prompt.
         return "\n\n".join(part for part in parts if part)
@@ -85,6 +93,7 @@ class SystemPrompt:
             "content": self.content,
             "is_compressed": self.is_compressed,
             "persist_sections": dict(self.persist_sections),
+            **({"trail": self.trail} if self.trail else {}),
         }
 
 
@@ -186,7 +195,11 @@ def message_from_json(saved: Any) -> Message:
             raise ConversationFormatError("a saved system message needs a string 'content'")
         if not isinstance(sections, dict) or not all(isinstance(v, str) for v in sections.values()):
             raise ConversationFormatError("'persist_sections' must map names to strings")
-        return SystemPrompt(content, bool(saved.get("is_compressed", False)), dict(sections))
+        trail = saved.get("trail")
+        if not isinstance(trail, dict | None):
+            raise ConversationFormatError("a saved 'trail' must be an object or null")
+        compressed = bool(saved.get("is_compressed", False))
+        return SystemPrompt(content, compressed, dict(sections), trail)
     if kind == "user":
         content = saved.get("content", "")
         schema, param = saved.get("response_schema"), saved.get("param")
@@ -232,6 +245,13 @@ def content_to_text(content: Any, truncate: bool = False) -> str:
     if truncate and len(text) > TRUNCATE_AT:
         return text[:TRUNCATE_AT] + "..."
     return text
+
+
+def unreclaimed_param(message: Message, originals: dict[str, Content]) -> JSONDict:
+    """A message's param as it was before a level-1 reclaim (its original content)."""
+    param = message.completion_param()
+    key = message.key if isinstance(message, RawOpenAIMessage) else None
+    return param if key not in originals else {**param, "content": originals[key]}
 
 
 def message_chars(param: dict[str, Any]) -> int:

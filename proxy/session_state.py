@@ -47,6 +47,8 @@ class SessionState:
     prefix_raw: str | None = None  # the same prefix's messages as received (raw_digests)
     prefix_chars: int = 0
     summary: str | None = None
+    # The artifact trail kept with the summary (proxy.trail); None in states saved before it.
+    trail: dict[str, Any] | None = None
     cut: int = 0
     cut_hash: str | None = None
     moved_user: int | None = None
