@@ -3,7 +3,9 @@
 The summary request must itself fit the model's window. When upstream refuses it for length,
 the span is summarised in pieces, each piece carrying the summary of the ones before it, so
 the last piece's summary covers them all; a single message too long on its own is shortened
-(head and tail kept). The HTTP call is injected (`post`), so this module does no I/O itself.
+(head and tail kept). A session's next summary is anchored: the request asks for the earlier
+summary rewritten with the newly dropped messages merged in (`ANCHOR_NOTE`). The HTTP call is
+injected (`post`), so this module does no I/O itself.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.compact import SUMMARY_PROMPT
+from proxy.compact import COMPACTED_SYSTEM_PROMPT, SUMMARY_PROMPT
 from proxy.extract_tool import content_text
 
 SHARED_NOTE = (
@@ -23,6 +25,23 @@ SUMMARY_REQUEST = (
     "Write the summary of the conversation above now, in the markdown sections described in "
     "the system message. Output only the summary."
 )
+
+# Anchored summaries: a session's next summary is the previous one with the newly dropped
+# span merged in, not a summary of a summary of a summary, which loses a little more each time.
+ANCHOR_NOTE = (
+    "The conversation above opens with the summary of everything before it (a system message). "
+    "Write that summary again with the messages after it merged in: keep every fact, path, "
+    "identifier, decision, preference and pending task it holds that is still true, add what "
+    "the later messages add, update what they change, and drop only what they make obsolete."
+)
+_SUMMARY_HEAD = COMPACTED_SYSTEM_PROMPT.split("{summary}", 1)[0]
+_CARRIED_HEAD = "Summary of the earlier part:"
+
+
+def holds_summary(message: dict[str, Any]) -> bool:
+    """Whether a message is an earlier summary (the proxy's fenced one, or a carried piece)."""
+    text = content_text(message.get("content")) if message.get("role") == "system" else ""
+    return text.startswith((_SUMMARY_HEAD, _CARRIED_HEAD))
 
 
 class ContextLengthExceeded(Exception):
@@ -131,17 +150,16 @@ class Summarizer:
         first = await self._summarize(earlier, span[:cut], depth - 1)
         if first is None:
             return None
-        carried = [{"role": "system", "content": f"Summary of the earlier part:\n\n{first}"}]
+        carried = [{"role": "system", "content": f"{_CARRIED_HEAD}\n\n{first}"}]
         return await self._summarize(carried, span[cut:], depth - 1)
 
     async def _shared(self, prefix: list[dict[str, Any]]) -> str | None:
         """One request: the cached conversation as sent, then the instruction as a user turn."""
+        anchored = any(holds_summary(m) for m in prefix[:2])
+        note = f"{ANCHOR_NOTE}\n\n{SHARED_NOTE}" if anchored else SHARED_NOTE
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [
-                *prefix,
-                {"role": "user", "content": f"{SUMMARY_PROMPT}\n\n{SHARED_NOTE}"},
-            ],
+            "messages": [*prefix, {"role": "user", "content": f"{SUMMARY_PROMPT}\n\n{note}"}],
             "stream": False,
         }
         if self.tools:
@@ -149,13 +167,15 @@ class Summarizer:
         return await self._send(body)
 
     async def _call(self, earlier: list[dict[str, Any]], span: list[dict[str, Any]]) -> str | None:
+        anchored = any(holds_summary(m) for m in earlier)
+        request = f"{SUMMARY_REQUEST}\n\n{ANCHOR_NOTE}" if anchored else SUMMARY_REQUEST
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [
                 {"role": "system", "content": SUMMARY_PROMPT},
                 *earlier,
                 *span,
-                {"role": "user", "content": SUMMARY_REQUEST},
+                {"role": "user", "content": request},
             ],
             "stream": False,
         }

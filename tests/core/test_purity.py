@@ -9,7 +9,7 @@ import pytest
 
 import proxy
 
-CORE = ["conversation_message.py", "conversation.py", "compact.py", "trail.py"]
+CORE = ["conversation_message.py", "conversation.py", "compact.py", "trail.py", "artifacts.py"]
 FORBIDDEN = {"httpx", "starlette", "uvicorn", "sqlite3", "redis", "openai", "asyncio"}
 
 
