@@ -63,11 +63,16 @@ _VERB_OPS = {
     "delete": {"rm", "rmdir", "unlink", "shred", "delete", "remove"},
 }
 _NAME_OPS = (
-    ("delete", re.compile(r"delete|remove|unlink|(?:^|_)rm(?:$|_)", re.IGNORECASE)),
-    ("edit", re.compile(r"edit|replace|patch|insert|update|modify", re.IGNORECASE)),
-    ("write", re.compile(r"write|create|save|new_file|put|touch|mkdir", re.IGNORECASE)),
-    ("read", re.compile(r"read|view|open|cat|get|show|search|grep|glob|find|list|ls", re.I)),
+    ("delete", {"delete", "remove", "unlink", "rm", "del"}),
+    ("edit", {"edit", "replace", "patch", "insert", "update", "modify", "str"}),
+    ("write", {"write", "create", "save", "new", "put", "touch", "mkdir", "mkdirs"}),
+    (
+        "read",
+        {"read", "view", "open", "cat", "get", "show", "search", "grep", "glob", "find"}
+        | {"list", "ls", "fetch", "look", "inspect"},
+    ),
 )
+_NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 _EXIT_STATUS = (
     re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>"),
@@ -103,10 +108,11 @@ def _one_line(text: str, limit: int = MAX_TEXT) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _plausible_path(value: str) -> bool:
+def _plausible_path(value: str, *, spaces: bool = False) -> bool:
+    """`spaces`: a value under a path key may hold spaces (never a line break)."""
     return (
         0 < len(value) <= MAX_PATH
-        and not any(c.isspace() for c in value)
+        and not any(c.isspace() and (c != " " or not spaces) for c in value)
         and any(c.isalnum() for c in value)
         and not _SED_EXPRESSION.fullmatch(value)
         and not value.startswith("/dev/")
@@ -144,10 +150,8 @@ def command_paths(command: str) -> list[tuple[str, str]]:
 
 
 def _name_op(name: str) -> str:
-    for op, pattern in _NAME_OPS:
-        if pattern.search(name):
-            return op
-    return "unknown"
+    words = {w.lower() for w in _NAME_WORD.findall(name)}
+    return next((op for op, names in _NAME_OPS if words & names), "unknown")
 
 
 def _walk(value: Any, key: str | None) -> Iterator[tuple[str | None, Any]]:
@@ -175,17 +179,24 @@ def call_paths(name: str, arguments: Any) -> list[tuple[str, str]]:
     sub_op = next((o for o, verbs in _VERB_OPS.items() if sub.strip() in verbs), None)
     op = sub_op or _name_op(name)
     found: list[tuple[str, str]] = []
-    for key, value in _walk(args, None):
-        if key in _COMMAND_KEYS and sub_op is None:
-            if isinstance(value, str):
-                found.extend(command_paths(value))
-            continue
+    for command_key in _COMMAND_KEYS:
+        command = _command_text(args.get(command_key))
+        if command is not None and sub_op is None:
+            found.extend(command_paths(command))
+    for key, value in _walk({k: v for k, v in args.items() if k not in _COMMAND_KEYS}, None):
         if not isinstance(value, str):
             continue
         by_key = key is not None and (key in _PATH_KEYS or key.endswith(("_path", "_file")))
-        if (by_key and _plausible_path(value)) or _looks_like_path(value):
+        if (by_key and _plausible_path(value, spaces=True)) or _looks_like_path(value):
             found.append((value, op))
     return found
+
+
+def _command_text(value: Any) -> str | None:
+    """A shell command: a string, or an argv list (joined: no path spans two arguments)."""
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return " ".join(value)
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _commands(arguments: Any) -> list[str]:
@@ -199,11 +210,9 @@ def _commands(arguments: Any) -> list[str]:
         return []
     out: list[str] = []
     for key in _COMMAND_KEYS:
-        value = args.get(key)
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            value = " ".join(value)
+        value = _command_text(args.get(key))
         # A lone editor sub-command ("view", "create") is not a shell command.
-        if isinstance(value, str) and value.strip() and value.strip() not in _SUBCOMMANDS:
+        if value is not None and value.strip() not in _SUBCOMMANDS:
             out.append(_one_line(value, MAX_COMMAND))
     return out
 
@@ -228,8 +237,7 @@ def error_line(result: str) -> str | None:
         if ends:
             return _one_line(ends[-1])
     status = exit_status(result)
-    failed = status is not None and status != "0"
-    if not failed and not (lines and _ERROR_LINE.search(lines[0])):
+    if status == "0" or (status is None and not (lines and _ERROR_LINE.search(lines[0]))):
         return None
     for line in lines:
         if not line.startswith(_TRACEBACK) and _ERROR_LINE.search(line):

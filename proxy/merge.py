@@ -70,6 +70,7 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
     return replace(
         mine,
         summary=theirs.summary,
+        trail=theirs.trail,  # the trail belongs with the summary it was kept with
         cut=theirs.cut,
         cut_hash=theirs.cut_hash,
         moved_user=theirs.moved_user,
