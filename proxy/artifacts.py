@@ -115,7 +115,6 @@ def _plausible_path(value: str, *, spaces: bool = False) -> bool:
         and not any(c.isspace() and (c != " " or not spaces) for c in value)
         and any(c.isalnum() for c in value)
         and not _SED_EXPRESSION.fullmatch(value)
-        and not value.startswith("/dev/")
     )
 
 

@@ -12,12 +12,12 @@ default: the last commit before the trail), all in the same run.
 
 Paths the model must still read: for every turn whose upstream request carries a summary,
 the paths named in tool-call ARGUMENTS of the client's messages more than 20 messages back
-(every string value of the arguments, split at white space and shell punctuation, keeping
-tokens with a slash or a file extension; sed scripts left out). Each is looked up verbatim
-in everything the upstream request shows the model (message text, tool-call names and
-arguments). Reported per trajectory: at the first turn after the first summary, and the
-lowest and overall share over every turn after it. The savings are economy's: raw tokens
-and cost with a 0.1x cache, against `direct`, for both builds.
+(every string value of the arguments, split at white space and shell punctuation, edges
+trimmed, keeping tokens with a slash or a file extension; sed scripts left out). Each is
+looked up verbatim in everything the upstream request shows the model (message text,
+tool-call names and arguments). Reported per trajectory: at the first turn after the first
+summary, and the lowest and overall share over every turn after it. The savings are the
+economy's: raw tokens and cost with a 0.1x cache, against `direct`, for both builds.
 
 While `proxy/session.py` does not carry the trail yet (the lead's hook), the `+trail` proxy
 runs through `python -m tests.bench.trail serve`, which loads `proxy.session` with those
@@ -69,6 +69,7 @@ _EXT = (
 )
 _SPLIT = re.compile(r"[\s'\"`;|&()<>=,:\[\]{}]+")
 _EXT_TOKEN = re.compile(rf"[\w.-]*\w\.(?:{_EXT})", re.IGNORECASE)
+_EDGES = re.compile(r"^[^\w./~]+|[^\w/]+$")
 _SED = re.compile(r"^\d*s/|/[gip]*$")
 
 # The lines proxy/session.py needs (the lead adds them; see SESSION_HOOK's use below).
@@ -145,7 +146,7 @@ def argument_paths(message: dict[str, Any]) -> set[str]:
             values = [raw]
         for value in values:
             for token in _SPLIT.split(value):
-                token = token.rstrip(".")
+                token = _EDGES.sub("", token)  # "#!/bin/bash" names /bin/bash
                 if not any(ch.isalnum() for ch in token) or "\\" in token or "*" in token:
                     continue
                 if token.startswith("-") or token.startswith("$") or _SED.search(token):

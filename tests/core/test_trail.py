@@ -82,7 +82,7 @@ def test_paths_come_from_arguments(name: str, arguments: Any, expected: Any) -> 
         ),
         ("cat > /tmp/fix.py << 'EOF'", [("/tmp/fix.py", "write")]),
         ("python -m pytest tests/test_a.py -q 2>&1 | tail -5", [("tests/test_a.py", "read")]),
-        ("grep -rn 'a/b' src/ 2>/dev/null", [("src/", "read")]),
+        ("grep -rn 'a/b' src/ 2>/dev/null", [("src/", "read"), ("/dev/null", "read")]),
         ("curl -s https://example.com/x/y.json", [("https://example.com/x/y.json", "unknown")]),
         ("ls", []),
     ],
