@@ -37,6 +37,10 @@ _PATH_KEYS = frozenset(
     | {"notebook_path", "old_path", "new_path", "relative_path", "absolute_path"}
 )
 _COMMAND_KEYS = frozenset({"command", "cmd"})
+_CONTENT_KEYS = frozenset(
+    {"content", "contents", "old_string", "new_string", "old_str", "new_str", "file_text"}
+    | {"insert_text", "new_source", "code", "source_code", "text", "body", "data"}
+)
 _SUBCOMMAND_KEYS = ("command", "action", "operation", "mode")
 _SUBCOMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "write", "edit"})
 _EXTENSIONS = (
@@ -125,6 +129,31 @@ def _looks_like_path(value: str) -> bool:
     return "/" in value or _EXTENSION.fullmatch(value) is not None
 
 
+def _clear_path(token: str) -> bool:
+    """A path named inside free text: a file name with a known extension, or two or more
+    segments (`lib/app`, not `/div` nor an arity like `render/1`)."""
+    if not _looks_like_path(token):
+        return False
+    if _EXTENSION.fullmatch(token.rsplit("/", 1)[-1]):
+        return True
+    parts = [p for p in token.split("/") if p]
+    return (
+        len(parts) >= 2
+        and all(any(c.isalnum() for c in p) for p in parts)
+        and not (parts[-1].isdigit())
+    )
+
+
+def text_paths(text: str) -> list[str]:
+    """The paths free text names (a task for a sub-agent, a patch, a description)."""
+    found = [url.group() for url in _URL.finditer(text)]
+    for match in _TOKEN.finditer(_URL.sub(" ", text)):
+        token = match.group().rstrip(".")
+        if _clear_path(token):
+            found.append(token)
+    return found
+
+
 def command_paths(command: str) -> list[tuple[str, str]]:
     """(path, op) for the paths a shell command names, each a substring of `command`."""
     found: list[tuple[str, str]] = []
@@ -171,7 +200,8 @@ def call_paths(name: str, arguments: Any) -> list[tuple[str, str]]:
         try:
             args = json.loads(arguments)
         except ValueError:
-            args = {"command": arguments} if "\n" not in arguments.strip() else {}
+            one_line = "\n" not in arguments.strip()
+            args = {"command" if one_line else "input": arguments}  # a free-form tool's input
     if not isinstance(args, Mapping):
         return []
     sub = next((args[k] for k in _SUBCOMMAND_KEYS if isinstance(args.get(k), str)), "")
@@ -188,6 +218,8 @@ def call_paths(name: str, arguments: Any) -> list[tuple[str, str]]:
         by_key = key is not None and (key in _PATH_KEYS or key.endswith(("_path", "_file")))
         if (by_key and _plausible_path(value, spaces=True)) or _looks_like_path(value):
             found.append((value, op))
+        elif key not in _CONTENT_KEYS:  # a file's new text names what it names, not a file
+            found.extend((path, "unknown") for path in text_paths(value))
     return found
 
 

@@ -12,8 +12,9 @@ default: the last commit before the trail), all in the same run.
 
 Paths the model must still read: for every turn whose upstream request carries a summary,
 the paths named in tool-call ARGUMENTS of the client's messages more than 20 messages back
-(every string value of the arguments, split at white space and shell punctuation, edges
-trimmed, keeping tokens with a slash or a file extension; sed scripts left out). Each is
+(every string value of the arguments but a file's new text, split at white space and shell
+punctuation, edges trimmed, keeping tokens that end in a file name with an extension or
+have two or more segments; sed scripts, globs and `name/arity` left out). Each is
 looked up verbatim in everything the upstream request shows the model (message text,
 tool-call names and arguments). Reported per trajectory: at the first turn after the first
 summary, and the lowest and overall share over every turn after it. The savings are the
@@ -70,6 +71,10 @@ _EXT = (
 _SPLIT = re.compile(r"[\s'\"`;|&()<>=,:\[\]{}]+")
 _EXT_TOKEN = re.compile(rf"[\w.-]*\w\.(?:{_EXT})", re.IGNORECASE)
 _EDGES = re.compile(r"^[^\w./~]+|[^\w/]+$")
+# A file's new text (Write, Edit, str_replace_editor): what it names is code, not a file.
+CONTENT_KEYS = frozenset(
+    {"content", "old_string", "new_string", "old_str", "new_str", "file_text", "insert_text"}
+)
 _SED = re.compile(r"^\d*s/|/[gip]*$")
 
 # The lines proxy/session.py needs (the lead adds them; see SESSION_HOOK's use below).
@@ -127,31 +132,44 @@ def serve(argv: list[str]) -> int:
 # -- what the model can read -----------------------------------------------------------------
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: Any, key: str = "") -> list[tuple[str, str]]:
+    """(key, string) for every string value, with the key it sits under."""
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+        return [p for k, v in value.items() for p in _strings(v, str(k).lower())]
     if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return [value] if isinstance(value, str) else []
+        return [p for v in value for p in _strings(v, key)]
+    return [(key, value)] if isinstance(value, str) else []
+
+
+def _is_path(token: str) -> bool:
+    if not token or token[0] in "-$" or any(c in token for c in "\\*%$") or _SED.search(token):
+        return False
+    if _EXT_TOKEN.fullmatch(token.rsplit("/", 1)[-1]):
+        return True
+    parts = [p for p in token.split("/") if p]
+    return (
+        len(parts) >= 2
+        and all(any(c.isalnum() for c in p) for p in parts)
+        and not parts[-1].isdigit()
+    )
 
 
 def argument_paths(message: dict[str, Any]) -> set[str]:
-    """Paths named in one message's tool-call arguments (the bench's own reading)."""
+    """Paths named in one message's tool-call arguments (the bench's own reading): every
+    string value but a file's new text, split at white space and shell punctuation."""
     found: set[str] = set()
     for call in message.get("tool_calls") or []:
         raw = (call.get("function") or {}).get("arguments") or ""
         try:
             values = _strings(json.loads(raw))
         except ValueError:
-            values = [raw]
-        for value in values:
+            values = [("", raw)]
+        for key, value in values:
+            if key in CONTENT_KEYS:
+                continue
             for token in _SPLIT.split(value):
                 token = _EDGES.sub("", token)  # "#!/bin/bash" names /bin/bash
-                if not any(ch.isalnum() for ch in token) or "\\" in token or "*" in token:
-                    continue
-                if token.startswith("-") or token.startswith("$") or _SED.search(token):
-                    continue
-                if "/" in token or _EXT_TOKEN.fullmatch(token):
+                if _is_path(token):
                     found.add(token)
     return found
 
@@ -165,7 +183,7 @@ def shown_text(messages: list[dict[str, Any]]) -> str:
             args = str(fn.get("arguments") or "")
             parts += [str(fn.get("name")), args]
             try:
-                parts += _strings(json.loads(args))
+                parts += [text for _, text in _strings(json.loads(args))]
             except ValueError:
                 pass
     return "\n".join(parts)

@@ -91,6 +91,20 @@ def test_paths_a_shell_command_names(command: str, expected: Any) -> None:
     assert command_paths(command) == expected
 
 
+def test_free_text_arguments_name_paths_a_file_body_does_not() -> None:
+    prompt = "Review lib/app/tmux.ex and config.exs; call render/1, not </div> or /name."
+    found = call_paths("Task", json.dumps({"prompt": prompt, "description": "see docs/x"}))
+    assert found == [
+        ("lib/app/tmux.ex", "unknown"),
+        ("config.exs", "unknown"),
+        ("docs/x", "unknown"),
+    ]
+    body = json.dumps({"file_path": "a/b.html", "content": "<p>see lib/other.ex</p>"})
+    assert call_paths("Write", body) == [("a/b.html", "write")]
+    patch = "*** Begin Patch\n*** Update File: src/main.rs\n@@\n-a\n+b\n*** End Patch"
+    assert call_paths("apply_patch", patch) == [("src/main.rs", "unknown")]
+
+
 def test_an_argv_command_names_its_paths() -> None:
     found = call_paths("shell", json.dumps({"command": ["cat", "src/a.py"]}))
     assert found == [("src/a.py", "read")]
