@@ -31,6 +31,7 @@ ACTIVE_SESSIONS_TTL = 10.0
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _RECLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_TRAIL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0)
 _TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
 _LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -90,6 +91,13 @@ class Metrics:
             "xun_compaction_tokens_after",
             "Estimated total_tokens after compaction.",
             buckets=_TOKEN_BUCKETS,
+            registry=reg,
+        )
+        self.trail_entries = Histogram(
+            "xun_trail_entries",
+            "Artifact trail entries kept with a new summary, by kind.",
+            ["kind"],
+            buckets=_TRAIL_BUCKETS,
             registry=reg,
         )
         self.extract_calls = Counter(
@@ -164,6 +172,12 @@ class Metrics:
             count = _number(fields.get(name))
             if count:
                 counter.inc(count)
+        trail = fields.get("trail_entries")  # {kind: count}, reported with a new summary
+        if isinstance(trail, Mapping):
+            for kind, count in trail.items():
+                value = _number(count)
+                if value is not None:
+                    self.trail_entries.labels(kind=_label(kind)).observe(value)
         degraded = fields.get("degraded")
         if degraded:
             self.degraded.labels(reason=_label(degraded)).inc()

@@ -30,6 +30,8 @@ from proxy.routes.admin_compact import compact_session
 from proxy.session import HIDDEN_KEY_PREFIX, Rebuild
 from proxy.session_state import SessionState
 from proxy.store import SessionInfo, StoreError
+from proxy.trail import counts as trail_counts
+from proxy.trail import render as render_trail
 
 ADMIN_PREFIX = "/admin"
 
@@ -43,6 +45,19 @@ def _counters(state: SessionState) -> dict[str, int]:
         "toolcall_rounds": state.toolcall_rounds,
         "toolcall_reclaimed": state.toolcall_reclaimed,
         "resets": state.resets,
+    }
+
+
+def _trail(state: SessionState) -> dict[str, Any] | None:
+    """The artifact trail kept with the summary: counts, the section the model reads, entries."""
+    if not state.trail:
+        return None
+    entries = state.trail.get("entries")
+    return {
+        "counts": trail_counts(state.trail),
+        "budget": state.trail.get("budget"),
+        "rendered": render_trail(state.trail),
+        "entries": list(reversed(entries)) if isinstance(entries, list) else [],  # newest first
     }
 
 
@@ -125,7 +140,7 @@ async def session_detail(request: Request) -> Response:
     stored, state = await load_session(request)
     rb = rebuild_view(state)
     kept = state.to_dict()
-    for bulky in ("view", "turn_log", "hidden", "summary", "last_compaction"):
+    for bulky in ("view", "turn_log", "hidden", "summary", "trail", "last_compaction"):
         kept.pop(bulky, None)
     kept["hidden"] = len(state.hidden)
     body = {
@@ -138,6 +153,7 @@ async def session_detail(request: Request) -> Response:
         "meta": stored.meta,
         "state": kept,
         "summary": state.summary,
+        "trail": _trail(state),
         "total_tokens": state.total_tokens,
         "counters": _counters(state),
         "reclaimed": list(state.reclaimed),

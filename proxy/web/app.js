@@ -134,6 +134,9 @@
     const target = $("summary");
     target.textContent = "";
     if (summary) target.appendChild(window.XunMarkdown.render(summary));
+    const trail = d.trail && d.trail.rendered;
+    $("trail-block").hidden = !trail;
+    $("trail").textContent = trail || "";
     const sections = system ? Object.entries(system.sections || {}) : [];
     $("sections-block").hidden = !sections.length;
     const box = $("sections");
