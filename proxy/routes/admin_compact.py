@@ -30,6 +30,7 @@ from proxy.session import Rebuild, apply_compaction
 from proxy.settings import Settings
 from proxy.store import StoreError, VersionConflict
 from proxy.summarizer import ContextLengthExceeded, Summarizer, is_context_length_error
+from proxy.trail import counts as trail_counts
 from proxy.upstream import Upstream
 
 CHAT_PATH = "/chat/completions"
@@ -164,6 +165,9 @@ async def compact_session(request: Request) -> Response:
             tokens_after=state.total_tokens if changed else None,
         )
         metrics.summary_calls.inc(summary_calls)
+        if changed and body.mode == "summary" and state.trail:
+            for kind, count in trail_counts(state.trail).items():
+                metrics.trail_entries.labels(kind=kind).observe(count)
     payload: dict[str, Any] = {
         **result.to_dict(),
         "mode": body.mode,
