@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.common import ROOT, read_result, table
+from tests.bench.trail import report_block as trail_block
 
 DOC = ROOT / "BENCHMARKS.md"
 TARGET_ORDER = ("direct", "xun-pass", "xun-session", "xun-compact", "litellm", "headroom")
@@ -492,6 +493,7 @@ BLOCKS = {
     "compactors": compactors_block,
     "experiments": experiments_block,
     "experiments-head": lambda: experiments_block("overhead-experiments-head"),
+    "trail": trail_block,
 }
 
 

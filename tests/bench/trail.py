@@ -376,6 +376,50 @@ def print_tables(result: dict[str, Any]) -> None:
     print(table(heads, rows))
 
 
+def report_block() -> str:
+    """The BENCHMARKS.md block (`tests.bench.report`), from the saved result."""
+    from tests.bench.common import read_result
+
+    data = read_result("trail")
+    if not data:
+        return "(no trail results yet: run `python -m tests.bench.trail`)"
+    head = (
+        f"Commit {data['commit']} against the baseline {data['baseline']}, {data['mode']} run, "
+        f"{data['trajectories']} trajectories at {data['threshold'] // 1000}k, "
+        f"{data['seconds']:.0f} s. Old paths: {data['old_path_rule']}; first / lowest share "
+        "over the turns after the first summary. Savings against direct, long trajectories.\n"
+    )
+    names = list(data["totals"])
+    rows = []
+    for row in data["per_trajectory"]:
+        cells = [row[n]["paths"] for n in names]
+        if not any(cells):
+            continue
+        rows.append(
+            [row["trajectory"]]
+            + [f"{c['first_pct']:.0f} / {c['min_pct']:.0f}" if c else "n/a" for c in cells]
+        )
+    totals = [
+        [
+            name,
+            tot["long_saving_pct"],
+            tot["long_saving_cost_0.1_pct"],
+            tot["costlier_than_direct_0.1"],
+            tot["first_pct_min"],
+            tot["min_pct_min"],
+        ]
+        for name, tot in data["totals"].items()
+    ]
+    heads = ["config", "saving % (raw)", "cost saving 0.1x %", "costlier than direct"]
+    return (
+        head
+        + "\n"
+        + table(["trajectory (old paths readable, %)", *names], rows)
+        + "\n\n"
+        + table([*heads, "first % (worst)", "lowest % (worst)"], totals)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
