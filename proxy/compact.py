@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from proxy.trail import default_budget
+from proxy.trail import render as render_trail
 
 if TYPE_CHECKING:
     from proxy.conversation import Conversation
@@ -103,14 +104,17 @@ PLACEHOLDER_TEMPLATE = (
 _FENCE_CLOSE = "</conversation_summary"
 
 
-def format_compacted_summary(summary: str) -> str:
-    """Wrap a summary in `COMPACTED_SYSTEM_PROMPT`.
+def format_compacted_summary(summary: str, trail: Mapping[str, Any] | None = None) -> str:
+    """Wrap a summary, and the artifact trail kept with it, in `COMPACTED_SYSTEM_PROMPT`.
 
     A summary can quote tool output; a quoted closing tag would end the data fence early and
     let the rest read as system text, so it is defused (only ever changes such summaries).
+    The trail (`proxy.trail`) goes inside the fence: it quotes tool calls and results too.
     """
+    rendered = render_trail(trail) if trail else ""
+    text = f"{summary}\n\n{rendered}" if rendered else summary
     return COMPACTED_SYSTEM_PROMPT.format(
-        summary=summary.replace(_FENCE_CLOSE, "<\\/conversation_summary")
+        summary=text.replace(_FENCE_CLOSE, "<\\/conversation_summary")
     )
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
-from proxy.trail import render as render_trail
 
 __all__ = [
     "COMPACTED_SYSTEM_PROMPT",
@@ -78,8 +77,7 @@ class SystemPrompt:
     def text(self, *, with_sections: bool = True) -> str:
         head = self.content
         if self.is_compressed:
-            trail = render_trail(self.trail) if with_sections else ""
-            head = format_compacted_summary(f"{head}\n\n{trail}" if trail else head)
+            head = format_compacted_summary(head, self.trail if with_sections else None)
         parts = [head, *(self.persist_sections.values() if with_sections else ())]
         # Skipping empty parts keeps a lone section byte-identical to the client's prompt.
         return "\n\n".join(part for part in parts if part)

@@ -340,3 +340,13 @@ def test_a_path_in_the_trail_is_byte_identical_to_the_tool_call(
                 value = json.loads(c["function"]["arguments"]).get(name)
                 if isinstance(value, str) and any(ch.isalnum() for ch in value):
                     assert value in files(t), value
+
+
+def test_the_fenced_summary_of_any_wire_carries_the_trail() -> None:
+    from proxy.compact import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
+
+    t = trail.update(None, span())
+    fenced = format_compacted_summary("the summary", t)
+    assert fenced == COMPACTED_SYSTEM_PROMPT.format(summary=f"the summary\n\n{trail.render(t)}")
+    assert format_compacted_summary("the summary", None) == format_compacted_summary("the summary")
+    assert SystemPrompt("the summary", True, {"c": "client"}, t).text() == f"{fenced}\n\nclient"
