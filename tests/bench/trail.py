@@ -97,6 +97,10 @@ SESSION_HOOK = [
         "state.cut_hash\n        fresh.trail = state.trail\n",
     ),
     (
+        "            summary = format_compacted_summary(self.state.summary)\n",
+        "            summary = format_compacted_summary(self.state.summary, self.state.trail)\n",
+    ),
+    (
         _FORGET := "        state.summary, state.cut, state.cut_hash, state.moved_user = "
         "None, 0, None, None\n",
         _FORGET + "        state.trail = None\n",
