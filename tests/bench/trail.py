@@ -60,7 +60,7 @@ from tests.bench.economy import LONG, Config, ReplayUpstream, account, replay
 from tests.bench.tokens import Counter
 from tests.servers import UvicornThread
 
-BASELINE = "8d2790a"  # main just before the artifact trail
+BASELINE = "4bc733c"  # main just before the artifact trail (the branch's base)
 STRATEGIES = {"seed": "proxy.compact:AutoCompactor", "cache-aware": "cache-aware"}
 BACK = 20  # a path is old when it was named more than this many messages back
 SUMMARY_MARK = "Earlier conversation history has been compacted"
@@ -327,6 +327,13 @@ def summarise(
             "all_saving_pct": books["totals"]["all"][cfg.name].get("saving_pct"),
             "costlier_than_direct_0.1": sum(1 for r in rows if (r["saving_cost_0.1_pct"] or 0) < 0),
             "costlier_than_direct_raw": sum(1 for r in rows if (r["saving_pct"] or 0) < 0),
+            "costlier_long_0.1": sum(
+                1
+                for r in per
+                if r["source"] in LONG and (r[cfg.name]["saving_cost_0.1_pct"] or 0) < 0
+            ),
+            # Trajectories a build makes costlier than direct that its baseline did not.
+            "new_losses_0.1": _new_losses(per, cfg.name),
             "trajectories_with_a_summary": len(measured),
             "first_pct_min": min((m["first_pct"] for m in measured), default=None),
             "min_pct_min": min((m["min_pct"] for m in measured), default=None),
@@ -334,6 +341,17 @@ def summarise(
             "errors": sum(r["errors"] or 0 for r in rows),
         }
     return {"per_trajectory": per, "totals": totals}
+
+
+def _new_losses(per: list[dict[str, Any]], name: str) -> int | None:
+    base = name.replace("+trail", "")
+    if base == name:
+        return None
+    return sum(
+        1
+        for r in per
+        if (r[name]["saving_cost_0.1_pct"] or 0) < 0 <= (r[base]["saving_cost_0.1_pct"] or 0)
+    )
 
 
 def print_tables(result: dict[str, Any]) -> None:
@@ -361,7 +379,7 @@ def print_tables(result: dict[str, Any]) -> None:
     print(table([*heads, "cost saving 0.1x %"], rows))
     print_header("Totals")
     heads = ["config", "long saving %", "long cost saving 0.1x %", "all saving %"]
-    heads += ["costlier 0.1x", "costlier raw", "with summary", "first % (min)", "min % (min)"]
+    heads += ["costlier 0.1x (all / long / new)", "with summary", "first % (min)", "min % (min)"]
     rows = []
     for name, tot in result["totals"].items():
         rows.append(
@@ -370,8 +388,8 @@ def print_tables(result: dict[str, Any]) -> None:
                 tot["long_saving_pct"],
                 tot["long_saving_cost_0.1_pct"],
                 tot["all_saving_pct"],
-                tot["costlier_than_direct_0.1"],
-                tot["costlier_than_direct_raw"],
+                f"{tot['costlier_than_direct_0.1']} / {tot['costlier_long_0.1']} / "
+                f"{tot['new_losses_0.1'] if tot['new_losses_0.1'] is not None else '-'}",
                 tot["trajectories_with_a_summary"],
                 tot["first_pct_min"],
                 tot["min_pct_min"],
@@ -408,13 +426,15 @@ def report_block() -> str:
             name,
             tot["long_saving_pct"],
             tot["long_saving_cost_0.1_pct"],
-            tot["costlier_than_direct_0.1"],
+            f"{tot['costlier_than_direct_0.1']} / {tot['costlier_long_0.1']} / "
+            f"{'-' if tot['new_losses_0.1'] is None else tot['new_losses_0.1']}",
             tot["first_pct_min"],
             tot["min_pct_min"],
         ]
         for name, tot in data["totals"].items()
     ]
-    heads = ["config", "saving % (raw)", "cost saving 0.1x %", "costlier than direct"]
+    heads = ["config", "saving % (raw)", "cost saving 0.1x %"]
+    heads.append("costlier than direct at 0.1x (all / long / not so without the trail)")
     return (
         head
         + "\n"
