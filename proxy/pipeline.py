@@ -30,6 +30,7 @@ from proxy.session import add_hidden, record_turn
 from proxy.sse import SSEDecoder
 from proxy.store.base import SessionKey
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.trail import counts as trail_counts
 from proxy.turn import Turn, tenant_of
 from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
 from proxy.windows import known_window, threshold_for
@@ -307,6 +308,9 @@ class Pipeline:
             degraded=self.turn.degraded,
             store_errors=self.turn.store_errors,
             lease=self.turn.lease,  # how the compaction lease went (see proxy.turn.Turn.lease)
+            trail_entries=trail_counts(rb.state.trail)
+            if rb is not None and self.turn.compaction == "summary"
+            else None,
         )
 
     # -- streaming ----------------------------------------------------------------------

@@ -125,7 +125,8 @@ class Rebuild:
         state, messages, keys = self.state, self.messages, self.keys
         conv = Conversation()
         if state.summary:
-            conv.set_system_message_content(state.summary, is_compressed=True)
+            system = conv.set_system_message_content(state.summary, is_compressed=True)
+            system.trail = state.trail  # the artifact trail, shown with the summary
         for i in range(self.system_count):
             conv.set_persistent_section(
                 f"client_system_{i}", content_text(messages[i].get("content"))
@@ -179,7 +180,7 @@ class Rebuild:
         messages = self.upstream_messages()
         system = self.messages[: self.system_count]
         if self.state.summary:
-            summary = format_compacted_summary(self.state.summary)
+            summary = format_compacted_summary(self.state.summary, self.state.trail)
             return Outgoing(messages, system, summary, messages[1:])
         return Outgoing(messages, system, None, messages[self.system_count :])
 
@@ -220,6 +221,7 @@ def _reconcile(
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
+        fresh.trail = state.trail
         fresh.moved_user = state.moved_user
         fresh.summary_rounds = state.summary_rounds
     fresh.reclaimed = [k for k in state.reclaimed if k in keys]
@@ -269,6 +271,7 @@ def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
     system_count = leading_system_count(messages)
     if state.cut < system_count or state.cut > len(messages):
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
+        state.trail = None
     originals: dict[str, Any] = {keys[i]: messages[i].get("content") for i in keys}
     start = state.cut if state.summary else system_count
     hidden = _hidden_by_anchor(messages, state.hidden, start)
@@ -303,6 +306,7 @@ def apply_compaction(rb: Rebuild) -> None:
         while j > 0 and idx[j - 1] in (idx[j], idx[j] - 1):
             j -= 1
         state.summary = system.content
+        state.trail = system.trail
         state.cut = idx[j] if idx else len(rb.messages)
         state.moved_user = idx[j - 1] if j > 0 else None
         state.cut_hash = rb.chain.prefix(state.cut)
