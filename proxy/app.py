@@ -28,6 +28,7 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
+from proxy.guard import GuardMiddleware
 from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
@@ -184,6 +185,11 @@ def create_app(
             Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
             Middleware(MetricsMiddleware, metrics=metrics),
             Middleware(DrainMiddleware, drain=drain),
+            Middleware(
+                GuardMiddleware,
+                body_timeout=settings.body_timeout,
+                send_timeout=settings.send_timeout,
+            ),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

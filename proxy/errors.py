@@ -5,6 +5,7 @@
     │   ├── Unauthorized (401)                              x-should-retry: false
     │   ├── NotFound (404)                                  x-should-retry: false
     │   ├── MethodNotAllowed (405)                          x-should-retry: false
+    │   ├── RequestTimeout (408)
     │   └── PayloadTooLarge (413)                           x-should-retry: false
     ├── ServiceUnavailable (503, server_error)
     └── UpstreamError (502, upstream_error)
@@ -85,6 +86,15 @@ class MethodNotAllowed(InvalidRequest):
     default_message = "Method not allowed."
 
 
+class RequestTimeout(InvalidRequest):
+    """The request body did not arrive in time; the same request sent again may make it."""
+
+    status = 408
+    default_code = "request_timeout"
+    default_message = "The request body did not arrive in time."
+    retryable = True
+
+
 class PayloadTooLarge(InvalidRequest):
     status = 413
     default_code = "request_too_large"
@@ -138,6 +148,7 @@ _HTTP_ERRORS: Mapping[int, type[ProxyError]] = {
     401: Unauthorized,
     404: NotFound,
     405: MethodNotAllowed,
+    408: RequestTimeout,
     413: PayloadTooLarge,
     503: ServiceUnavailable,
 }

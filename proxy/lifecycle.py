@@ -5,7 +5,8 @@
       -> requests in flight (streams included) finish, for up to `drain_timeout` seconds
       -> uvicorn stops listening, runs the lifespan shutdown, and the process exits 0
     A second signal stops at once. Streams still open when the drain timeout runs out end
-    with an SSE error event rather than a silent close.
+    with an SSE error event rather than a silent close; requests whose answer had not started
+    get an OpenAI-shaped 503 with Retry-After, as new requests do.
 
 `Drain` holds the state, `DrainMiddleware` (pure ASGI) counts requests and turns new ones away,
 and `DrainingServer` is the uvicorn server whose signal handler starts the drain.
@@ -68,6 +69,14 @@ class Drain:
             headers={"retry-after": str(self.retry_after), "connection": "close"},
         )
 
+    def cut_off(self) -> ServiceUnavailable:
+        """The answer to a request whose answer had not started when the drain ran out."""
+        return ServiceUnavailable(
+            "The proxy shut down before the answer was ready; retry the request.",
+            code="proxy_shutdown",
+            headers={"retry-after": str(self.retry_after), "connection": "close"},
+        )
+
 
 def is_draining(state: State) -> bool:
     """For /readyz: the app's `Drain` has begun (or a test set `state.draining`)."""
@@ -96,12 +105,14 @@ class DrainMiddleware:
         if self.drain.draining and scope["path"] not in EXEMPT_PATHS:
             await error_response(self.drain.refusal())(scope, receive, send)
             return
+        started = False
         sse = False
         done = False
 
         async def watch(message: Message) -> None:
-            nonlocal sse, done
+            nonlocal started, sse, done
             if message["type"] == "http.response.start":
+                started = True
                 headers = dict(message.get("headers", []))
                 sse = headers.get(b"content-type", b"").startswith(b"text/event-stream")
             elif message["type"] == "http.response.body" and not message.get("more_body"):
@@ -114,9 +125,15 @@ class DrainMiddleware:
         try:
             await self.app(scope, receive, watch)
         except asyncio.CancelledError:
-            # The server cancels what is still running when the drain timeout runs out:
-            # tell a stream's client why it ends instead of cutting it silently.
-            if not (self.drain.draining and sse and not done):
+            # The server cancels what is still running when the drain timeout runs out: tell
+            # the client why, in the API's shape, instead of uvicorn's plain-text 500 (before
+            # the answer started) or a silent cut (a stream).
+            if not self.drain.draining:
+                raise
+            if not started:
+                await error_response(self.drain.cut_off())(scope, receive, send)
+                return
+            if not (sse and not done):
                 raise
             await send({"type": "http.response.body", "body": _shutdown_event(), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -64,6 +64,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("port", "server.port", "XUN_PORT", "--port"),
     Option("drain_timeout", "server.drain_timeout", "XUN_DRAIN_TIMEOUT", "--drain-timeout"),
     Option("max_body_bytes", "server.max_body_bytes", "XUN_MAX_BODY_BYTES", "--max-body-bytes"),
+    Option("body_timeout", "server.body_timeout", "XUN_BODY_TIMEOUT"),
+    Option("send_timeout", "server.send_timeout", "XUN_SEND_TIMEOUT"),
     Option("store_url", "store.url", "XUN_STORE", "--store"),
     Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
     Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
@@ -156,6 +158,10 @@ class Settings(BaseSettings):
     # Seconds in-flight requests (streams included) get to finish after SIGTERM.
     drain_timeout: float = Field(default=30.0, ge=0)
     max_body_bytes: int = Field(default=32 * MiB, gt=0)
+    # Seconds a client gets to deliver its whole request body (then 408), and to take each
+    # part of a response (then the proxy stops serving it and frees its upstream connection).
+    body_timeout: float = Field(default=60.0, gt=0)
+    send_timeout: float = Field(default=60.0, gt=0)
 
     store_url: str = Field(default_factory=default_store_url)
     session_ttl_seconds: int = Field(default=7 * DAY, gt=0)
@@ -250,6 +256,17 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("admin_key")
+    @classmethod
+    def _check_admin_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # An empty key would let `Authorization: Bearer` with nothing after it in.
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError(
+                "must not be empty; leave it unset to serve the admin API on a loopback bind "
+                "only, or set a key"
+            )
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower_level(cls, value: Any) -> Any:
@@ -267,7 +284,7 @@ class Settings(BaseSettings):
 
     def check_admin_key(self, presented: str | None) -> bool:
         """Constant-time check of a presented admin key (False when no key is configured)."""
-        if self.admin_key is None or presented is None:
+        if self.admin_key is None or not presented:
             return False
         expected = self.admin_key.get_secret_value().encode()
         return hmac.compare_digest(expected, presented.encode())

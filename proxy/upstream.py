@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpcore
 import httpx
@@ -50,7 +50,11 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expe
 # Response headers the serving side sets itself; content-length goes because bodies are
 # re-framed (chunked) on the way out.
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
-_DOT_SEGMENT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
+_DOT_SEGMENT = re.compile(r"(^|/)\.{1,2}(/|$)")
+_SEPARATORS = re.compile(r"[/\\]")
+# Escapes are decoded this many times over: a server or framework behind the upstream URL may
+# decode a path more than once.
+_DECODE_ROUNDS = 3
 
 Content = bytes | AsyncIterable[bytes] | None
 Params = str | bytes | Mapping[str, str] | None
@@ -102,6 +106,23 @@ class UpstreamResponse:
         await self._response.aclose()
 
 
+def has_dot_segment(path: str) -> bool:
+    """True when a segment of `path` is `.` or `..` in any form a server might resolve:
+    percent-escaped (`%2e%2e%2f`, also double-escaped), with a backslash for a slash (`..%5c`)
+    or with a `;` parameter (`..;/`)."""
+    if "%" not in path and ";" not in path and "\\" not in path:
+        return _DOT_SEGMENT.search(path) is not None  # the common path: nothing to decode
+    for _ in range(_DECODE_ROUNDS + 1):
+        for segment in _SEPARATORS.split(path):
+            if segment.split(";", 1)[0] in (".", ".."):
+                return True
+        decoded = unquote(path) if "%" in path else path
+        if decoded == path:
+            return False
+        path = decoded
+    return False
+
+
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     """Header names listed in `Connection:` are hop-by-hop for this message too."""
     tokens: set[str] = set()
@@ -147,7 +168,7 @@ class Upstream:
     def url(self, path: str, params: Params = None) -> httpx.URL:
         """The configured base URL with `path` (raw, already percent-encoded) appended."""
         path = path.split("?", 1)[0].split("#", 1)[0]
-        if _DOT_SEGMENT.search(path):
+        if has_dot_segment(path):
             raise InvalidRequest("Path segments '.' and '..' are not allowed.", code="invalid_path")
         raw_path = self.base_url.raw_path.split(b"?", 1)[0].rstrip(b"/")
         # Quote what is not already URL-safe; existing %-escapes pass through unchanged.

@@ -2,7 +2,10 @@
 
 Auth: `Authorization: Bearer <admin key>` when a key is configured; without one, the admin
 API answers only when the proxy binds to a loopback address (anyone who can reach a wider
-bind could otherwise read every session).
+bind could otherwise read every session), and only to requests for a loopback `Host`
+(`localhost`, `127.0.0.1`, `[::1]`, any port): a web page that rebinds its own DNS name to
+127.0.0.1 still sends its own name. Bodies must be `application/json`, which a web page
+cannot send to another origin without the CORS preflight the proxy never grants.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from starlette.requests import Request
 from proxy.errors import InvalidRequest, NotFound, ProxyError, ServiceUnavailable, Unauthorized
 from proxy.session import Rebuild, UnrecognisedHistory, rebuild
 from proxy.session_state import SessionState
-from proxy.settings import Settings
+from proxy.settings import Settings, is_loopback
 from proxy.store import SessionKey, Store, StoredSession, StoreError
 
 log = logging.getLogger("proxy.admin")
@@ -37,6 +40,11 @@ class Conflict(InvalidRequest):
     default_code = "conflict"
 
 
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
+    default_code = "unsupported_media_type"
+
+
 # -- auth ----------------------------------------------------------------------------------
 
 
@@ -44,13 +52,19 @@ def authorize(request: Request) -> None:
     """Raise unless this request may use the admin API."""
     settings: Settings = request.app.state.settings
     if settings.admin_key is None:
-        if settings.is_loopback:
-            return
-        raise Forbidden(
-            f"The admin API is disabled: the proxy listens on {settings.host}, which is not a "
-            "loopback address, and no admin key is set. Start it with --admin-key "
-            "(XUN_ADMIN_KEY) to enable /admin."
-        )
+        if not settings.is_loopback:
+            raise Forbidden(
+                f"The admin API is disabled: the proxy listens on {settings.host}, which is not "
+                "a loopback address, and no admin key is set. Start it with --admin-key "
+                "(XUN_ADMIN_KEY) to enable /admin."
+            )
+        if not is_loopback(host_name(request.headers.get("host", ""))):
+            raise Forbidden(
+                "Without an admin key the admin API answers only requests for localhost, "
+                "127.0.0.1 or [::1]; set --admin-key (XUN_ADMIN_KEY) to use another host name.",
+                code="admin_host_refused",
+            )
+        return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not settings.check_admin_key(token.strip()):
         raise Unauthorized(
@@ -63,8 +77,16 @@ def authorize(request: Request) -> None:
 def admin_enabled(request: Request) -> None:
     """Raise unless the admin API can be used at all (the page needs no key to load)."""
     settings: Settings = request.app.state.settings
-    if not settings.admin_enabled:
-        authorize(request)  # raises the Forbidden explaining why
+    if settings.admin_key is None:
+        authorize(request)  # the bind and the Host rules of a key-less admin
+
+
+def host_name(host: str) -> str:
+    """The name in a `Host` header value, without its port (`[::1]:80` -> `[::1]`)."""
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
 
 
 # -- request bodies and queries ------------------------------------------------------------
@@ -134,6 +156,11 @@ def query_model(request: Request, model: type[_M]) -> _M:
 
 
 async def json_body(request: Request, model: type[_M]) -> _M:
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise UnsupportedMediaType(
+            "Send the body as JSON, with 'Content-Type: application/json'.", param="content-type"
+        )
     raw = await request.body()
     try:
         data = orjson.loads(raw)

@@ -1,8 +1,10 @@
-"""Transparent pass-through for `/v1/...`: bodies streamed both ways, status and headers kept.
+"""Transparent pass-through for `/v1/...`: status, headers and bodies kept.
 
-The request body streams upstream as it arrives (counted against `max_body_bytes`); the
-upstream response streams back byte for byte. When the client goes away, starlette cancels the
-relay and the background task closes the upstream response, which drops that connection.
+The request body is read whole (at most `max_body_bytes`, within `server.body_timeout`, see
+`proxy.guard`) before an upstream connection is taken, so a client that uploads slowly holds
+none; the upstream response streams back byte for byte. When the client goes away, starlette
+cancels the relay and the background task closes the upstream response, which drops that
+connection.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from proxy.errors import (
 )
 from proxy.routes.disconnect import ClientGone
 from proxy.settings import Settings
-from proxy.upstream import Content, Upstream, UpstreamResponse, timed_chunks
+from proxy.upstream import Upstream, UpstreamResponse, timed_chunks
 
 API_PREFIX = "/v1"
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
@@ -47,36 +49,35 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body exceeds the proxy's limit of {limit} bytes.")
 
 
-async def _limited_stream(request: Request, limit: int) -> AsyncIterator[bytes]:
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole request body, at most `limit` bytes (413 beyond it).
+
+    A client that closes its connection meanwhile raises `ClientGone`; one too slow raises
+    the 408 of `proxy.guard`.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise InvalidRequest("Invalid Content-Length header.", code="invalid_content_length")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    chunks: list[bytes] = []
     seen = 0
     try:
         async for chunk in request.stream():
             seen += len(chunk)
             if seen > limit:
                 raise _too_large(limit)
-            if chunk:
-                yield chunk
+            chunks.append(chunk)
     except ClientDisconnect as exc:
         raise ClientGone() from exc
+    return b"".join(chunks)
 
 
-def _request_content(request: Request, headers: dict[str, str], limit: int) -> Content:
-    """The body to send upstream: nothing, or the client's body streamed with a byte cap."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.strip().isdigit():
-            raise InvalidRequest("Invalid Content-Length header.", code="invalid_content_length")
-        length = int(declared)
-        if length > limit:
-            raise _too_large(limit)
-        if length == 0:
-            return b""
-        # The server already enforces the declared framing, so upstream can get it too.
-        headers["content-length"] = str(length)
-        return _limited_stream(request, limit)
-    if "chunked" in request.headers.get("transfer-encoding", "").lower():
-        return _limited_stream(request, limit)
-    return None
+def _has_body(request: Request) -> bool:
+    """Whether the request frames a body at all (a GET without framing sends none upstream)."""
+    headers = request.headers
+    return "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
 
 
 async def _relay_body(response: UpstreamResponse, timing: dict[str, Any]) -> AsyncIterator[bytes]:
@@ -123,19 +124,16 @@ async def forward(
     """Pass `request` through to the same path upstream (`upstream`: another than the
     OpenAI-side one, e.g. Anthropic's).
 
-    `body` is given when the caller has already read the request body; otherwise it is
-    streamed from the client.
+    `body` is given when the caller has already read the request body; otherwise it is read
+    here, whole, before the upstream connection is taken.
     """
     settings: Settings = request.app.state.settings
     upstream = upstream or request.app.state.upstream
     headers = upstream.forward_headers(request.headers)
-    content: Content
-    if body is not None:
-        if len(body) > settings.max_body_bytes:
-            raise _too_large(settings.max_body_bytes)
-        content = body
-    else:
-        content = _request_content(request, headers, settings.max_body_bytes)
+    if body is None and _has_body(request):
+        body = await read_body(request, settings.max_body_bytes)
+    elif body is not None and len(body) > settings.max_body_bytes:
+        raise _too_large(settings.max_body_bytes)
     timing = getattr(request.state, "log_fields", None)
     if timing is None:
         timing = {}
@@ -145,7 +143,7 @@ async def forward(
             request.method,
             upstream_path(request.scope),
             headers=headers,
-            content=content,
+            content=body,
             params=request.scope.get("query_string", b""),
         )
     finally:
