@@ -11,7 +11,7 @@ import pytest
 from proxy.compact import SUMMARY_PROMPT, placeholder_for
 from proxy.store.memory import MemoryStore
 from tests.agent import model_requests
-from tests.compacted import Compacted, compacted_session
+from tests.compacted import Compacted, admin_headers, compacted_session
 from tests.fake_upstream import FakeUpstream, Reply
 
 UPSTREAM_KEY = "sk-upstream-admin-0000"
@@ -161,8 +161,13 @@ def test_compact_body_is_validated(compacted: Compacted, body: Any, param: str |
 
 
 def test_compact_body_must_be_json(compacted: Compacted) -> None:
-    resp = compacted.post("/compact", content=b"mode=toolcall")
+    url = f"{compacted.proxy.url}/admin/sessions/{compacted.id}/compact"
+    json_type = {**admin_headers(), "content-type": "application/json"}
+    resp = httpx.post(url, content=b"mode=toolcall", headers=json_type)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+    # Without the JSON media type (a form a web page could post cross-site): 415.
+    resp = compacted.post("/compact", content=b"mode=toolcall")
+    assert resp.status_code == 415 and resp.json()["error"]["code"] == "unsupported_media_type"
 
 
 class RacingStore(MemoryStore):

@@ -45,6 +45,8 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "port": (1001, "1002", 1003, 1001, 1002, 1003),
     "drain_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "max_body_bytes": (1001, "1002", 1003, 1001, 1002, 1003),
+    "body_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
+    "send_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "store_url": (
         "memory://", "sqlite:///e.db", "redis://r/0", "memory://", "sqlite:///e.db", "redis://r/0"
     ),

@@ -471,3 +471,23 @@ def test_check_admin_key() -> None:
     assert not settings.check_admin_key("wrong")
     assert not settings.check_admin_key(None)
     assert not Settings().check_admin_key("anything")
+    assert not settings.check_admin_key("")
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t "])
+def test_an_empty_admin_key_is_a_config_error(value: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(env={"XUN_ADMIN_KEY": value})
+    (line,) = raised.value.lines
+    assert line.startswith("admin.key: ") and "must not be empty" in line
+    assert line.endswith("(from XUN_ADMIN_KEY)")
+    with pytest.raises(ConfigError):
+        load_settings({"admin_key": value}, env={})
+
+
+@pytest.mark.parametrize("name", ["XUN_BODY_TIMEOUT", "XUN_SEND_TIMEOUT"])
+def test_client_timeouts_must_be_positive(name: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(env={name: "0"})
+    assert name in raised.value.lines[0]
+    assert load_settings(env={}).body_timeout == load_settings(env={}).send_timeout == 60.0
