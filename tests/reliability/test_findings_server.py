@@ -385,6 +385,12 @@ def test_a_client_that_never_reads_a_stream_gives_its_upstream_connection_back(
         assert answered is not None and answered.status_code == 200, answered
         assert time.monotonic() - stalled < 5.0
         assert flood_upstream.wait(ended=1)  # the upstream request was closed
+        # What the proxy had sent is still readable, and then the connection ends.
+        reader.settimeout(5)
+        received = 0
+        while chunk := reader.recv(1 << 20):
+            received += len(chunk)
+        assert received > 0
     finally:
         reader.close()
     assert b"Traceback" not in proxy.logs()
