@@ -40,10 +40,36 @@ def test_upstream_url(base: str, path: str, params: Any, expected: str) -> None:
     assert url.host == httpx.URL(base).host
 
 
-@pytest.mark.parametrize("path", ["/../x", "/a/./b", "/a/%2E%2e/b", "..", "/a/.."])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/../x",
+        "/a/./b",
+        "/a/%2E%2e/b",
+        "..",
+        "/a/..",
+        "/%2e%2e%2f%2e%2e%2fadmin",  # an escaped slash joins the dots into a segment
+        "/a/..%5cadmin",
+        "/a/..\\admin",
+        "/..;/admin",
+        "/a/..;v=1/b",
+        "/a/%2e;/b",
+        "/a/.%2E",
+        "/a/%252e%252e%252fb",  # escaped twice
+        "/a/%25252e%25252e/b",  # three times
+        "/a/x%2f..",
+    ],
+)
 def test_upstream_url_refuses_dot_segments(path: str) -> None:
     with pytest.raises(InvalidRequest):
         upstream_for().url(path)
+
+
+@pytest.mark.parametrize(
+    "path", ["/a..b", "/...", "/a/.b", "/a/b.", "/a;b", "/ft%3Agpt-4o%3Ax", "/%2e%2e-x"]
+)
+def test_dots_inside_a_segment_pass(path: str) -> None:
+    assert str(upstream_for().url(path)).startswith("http://up.test:9/v1/")
 
 
 def test_forward_headers_unit() -> None:
