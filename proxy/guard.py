@@ -12,8 +12,9 @@
 - Header values lose the optional whitespace around them (RFC 9110, 5.5). The HTTP parser keeps
   trailing whitespace, and the upstream connection would refuse to send such a header.
 
-`GuardMiddleware` is pure ASGI; its per-request cost is one pass over the header list and one
-timer handle, so the hot path does not change measurably.
+`GuardMiddleware` is pure ASGI; a request costs it one pass over the header list and a few
+attribute writes (one shared timer watches every request), so the hot path does not change
+measurably.
 """
 
 from __future__ import annotations
@@ -57,26 +58,29 @@ def tidy_headers(scope: Scope) -> InvalidRequest | None:
 
 
 class _Exchange:
-    """One request's receive and send, with the body deadline and the send watchdog."""
+    """One request's receive and send, as the watchdog (`GuardMiddleware._tick`) sees them."""
 
     def __init__(
-        self, receive: Receive, send: Send, scope: Scope, body_timeout: float, send_timeout: float
+        self,
+        receive: Receive,
+        send: Send,
+        scope: Scope,
+        guard: GuardMiddleware,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._receive = receive
         self._send = send
         self._scope = scope
-        self._loop = asyncio.get_running_loop()
-        self.body_timeout = body_timeout
-        self.body_deadline = self._loop.time() + body_timeout
+        self._guard = guard
+        self._loop = loop
+        self.body_deadline = self._loop.time() + guard.body_timeout
         self.body_done = False
-        self.send_timeout = send_timeout
         self.stalled = False
+        self._body_reader: asyncio.Task[Any] | None = None
         self._sending: asyncio.Task[Any] | None = None
         self._send_began = 0.0
-        self._timer: asyncio.TimerHandle | None = None
         self._receiving: set[asyncio.Task[Any]] = set()
         self._interrupted: set[asyncio.Task[Any]] = set()
-        self._closed = False
 
     # -- receive ---------------------------------------------------------------------------
 
@@ -98,14 +102,21 @@ class _Exchange:
             self._receiving.discard(task)
 
     async def _receive_body(self) -> Message:
+        task = asyncio.current_task()
+        assert task is not None
+        self._body_reader = task
         try:
-            async with asyncio.timeout_at(self.body_deadline):
-                message = await self._receive()
-        except TimeoutError:
-            raise RequestTimeout(
-                f"The request body did not arrive within {self.body_timeout:g} seconds.",
-                headers={"connection": "close"},
-            ) from None
+            message = await self._receive()
+        except asyncio.CancelledError:
+            if self._ours(task):  # the body's deadline passed
+                timeout = self._guard.body_timeout
+                raise RequestTimeout(
+                    f"The request body did not arrive within {timeout:g} seconds.",
+                    headers={"connection": "close"},
+                ) from None
+            raise
+        finally:
+            self._body_reader = None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self.body_done = True
         return message
@@ -119,8 +130,6 @@ class _Exchange:
         assert task is not None
         self._sending = task
         self._send_began = self._loop.time()
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._send_began + self.send_timeout, self._check)
         try:
             await self._send(message)
         except asyncio.CancelledError:
@@ -130,56 +139,60 @@ class _Exchange:
         finally:
             self._sending = None
 
-    def _check(self) -> None:
-        """The watchdog: a send blocked for `send_timeout` means the client stopped reading."""
-        self._timer = None
-        if self._closed:
-            return
-        now = self._loop.time()
-        if self._sending is None:
-            due = now + self.send_timeout
-        else:
-            due = self._send_began + self.send_timeout
-            if now >= due:
-                self._stall()
-                return
-        self._timer = self._loop.call_at(due, self._check)
+    # -- the watchdog's view ---------------------------------------------------------------
 
-    def _stall(self) -> None:
+    def check(self, now: float) -> None:
+        """Interrupt a body read past its deadline, or a send blocked for `send_timeout`."""
+        reader = self._body_reader
+        if reader is not None and now >= self.body_deadline:
+            self._interrupt(reader)
+        sender = self._sending
+        if sender is not None and not self.stalled:
+            if now - self._send_began >= self._guard.send_timeout:
+                self._stall(sender)
+
+    def _stall(self, sender: asyncio.Task[Any]) -> None:
+        """The client stopped reading: the route's sends end and its receives disconnect."""
         self.stalled = True
         log.warning(
             "client stopped reading; response abandoned",
-            extra={"fields": {"path": self._scope.get("path"), "send_timeout": self.send_timeout}},
+            extra={"fields": {"path": self._scope.get("path")}},
         )
         fields = self._scope.get("state", {}).get("log_fields")
         if isinstance(fields, dict):
             fields["error"] = "client stopped reading"
-        for task in (self._sending, *self._receiving):
-            if task is not None and not task.done():
-                self._interrupted.add(task)
-                task.cancel()
+        for task in (sender, *self._receiving):
+            self._interrupt(task)
+
+    def _interrupt(self, task: asyncio.Task[Any]) -> None:
+        if not task.done() and task not in self._interrupted:
+            self._interrupted.add(task)
+            task.cancel()
 
     def _ours(self, task: asyncio.Task[Any]) -> bool:
-        """True when this task's cancellation came from `_stall` alone (then it is undone)."""
+        """True when this task's cancellation came from the watchdog alone (then undone)."""
         if task not in self._interrupted:
             return False
         self._interrupted.discard(task)
         return task.uncancel() == 0
 
-    def close(self) -> None:
-        self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
 
 class GuardMiddleware:
-    """Pure ASGI: the header rules, the body deadline and the send watchdog (module doc)."""
+    """Pure ASGI: the header rules, and a watchdog for the body deadline and stalled sends.
+
+    The watchdog is one timer for all requests, ticking while any is in flight, at a quarter
+    of the shorter timeout (at most every second): a request costs no timer of its own, and
+    a timeout fires up to a tick late.
+    """
 
     def __init__(self, app: ASGIApp, *, body_timeout: float, send_timeout: float) -> None:
         self.app = app
         self.body_timeout = body_timeout
         self.send_timeout = send_timeout
+        self.tick_seconds = min(1.0, body_timeout / 4, send_timeout / 4)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._live: set[_Exchange] = set()
+        self._timer: asyncio.TimerHandle | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -189,11 +202,25 @@ class GuardMiddleware:
         if refused is not None:
             await error_response(refused)(scope, receive, send)
             return
-        exchange = _Exchange(receive, send, scope, self.body_timeout, self.send_timeout)
+        loop = asyncio.get_running_loop()
+        if self._timer is None or self.loop is not loop:
+            self.loop = loop
+            self._timer = loop.call_later(self.tick_seconds, self._tick)
+        exchange = _Exchange(receive, send, scope, self, loop)
+        self._live.add(exchange)
         try:
             await self.app(scope, exchange.receive, exchange.send)
         finally:
-            exchange.close()
+            self._live.discard(exchange)
+
+    def _tick(self) -> None:
+        self._timer = None
+        if not self._live or self.loop is None:
+            return  # the next request starts the watchdog again
+        now = self.loop.time()
+        for exchange in list(self._live):
+            exchange.check(now)
+        self._timer = self.loop.call_later(self.tick_seconds, self._tick)
 
 
 __all__ = ["CREDENTIAL_HEADERS", "GuardMiddleware", "tidy_headers"]
