@@ -8,7 +8,8 @@
   client closes its connection, so the upstream request is closed and its pooled connection
   goes back.
 - Credential headers (`Authorization`, `x-api-key`, `api-key`) come at most once each (400
-  otherwise): the tenant and the upstream must never read two different values.
+  otherwise, in Anthropic's error shape under /v1/messages): the tenant and the upstream must
+  never read two different values.
 - Header values lose the optional whitespace around them (RFC 9110, 5.5). The HTTP parser keeps
   trailing whitespace, and the upstream connection would refuse to send such a header.
 
@@ -23,13 +24,16 @@ import asyncio
 import logging
 from typing import Any
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import InvalidRequest, RequestTimeout, error_response
+from proxy.errors import InvalidRequest, ProxyError, RequestTimeout, error_response
+from proxy.wire import messages_request
 
 log = logging.getLogger("proxy.guard")
 
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
+MESSAGES_PATH = "/v1/messages"  # Anthropic's API: its routes answer in its error shape
 _WHITESPACE = (0x20, 0x09)  # SP and HTAB, the optional whitespace of RFC 9110
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
@@ -55,6 +59,15 @@ def tidy_headers(scope: Scope) -> InvalidRequest | None:
     if padded:
         scope["headers"] = [(name, value.strip(b" \t")) for name, value in headers]
     return None
+
+
+def refusal(scope: Scope, error: ProxyError) -> JSONResponse:
+    """`error` in the shape of the API the request came through."""
+    path: str = scope["path"]
+    if path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/"):
+        body = messages_request.error_body(error.status, error.message, error.type, error.code)
+        return JSONResponse(body, status_code=error.status, headers=error.headers)
+    return error_response(error)
 
 
 class _Exchange:
@@ -200,7 +213,7 @@ class GuardMiddleware:
             return
         refused = tidy_headers(scope)
         if refused is not None:
-            await error_response(refused)(scope, receive, send)
+            await refusal(scope, refused)(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
         if self._timer is None or self.loop is not loop:
@@ -223,4 +236,4 @@ class GuardMiddleware:
         self._timer = self.loop.call_later(self.tick_seconds, self._tick)
 
 
-__all__ = ["CREDENTIAL_HEADERS", "GuardMiddleware", "tidy_headers"]
+__all__ = ["CREDENTIAL_HEADERS", "GuardMiddleware", "refusal", "tidy_headers"]

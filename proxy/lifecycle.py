@@ -1,12 +1,12 @@
 """Draining and graceful shutdown: the gate for new requests, and the server that drains.
 
     SIGTERM (or SIGINT)
-      -> draining: /readyz answers 503, new requests get an OpenAI-shaped 503 + Retry-After
+      -> draining: /readyz answers 503, new requests get a 503 + Retry-After in the API's shape
       -> requests in flight (streams included) finish, for up to `drain_timeout` seconds
       -> uvicorn stops listening, runs the lifespan shutdown, and the process exits 0
     A second signal stops at once. Streams still open when the drain timeout runs out end
     with an SSE error event rather than a silent close; requests whose answer had not started
-    get an OpenAI-shaped 503 with Retry-After, as new requests do.
+    get the same kind of 503 with Retry-After, as new requests do.
 
 `Drain` holds the state, `DrainMiddleware` (pure ASGI) counts requests and turns new ones away,
 and `DrainingServer` is the uvicorn server whose signal handler starts the drain.
@@ -25,7 +25,8 @@ import uvicorn
 from starlette.datastructures import State
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import ServiceUnavailable, error_payload, error_response
+from proxy.errors import ServiceUnavailable, error_payload
+from proxy.guard import refusal
 from proxy.memory import IdleReclaimer
 
 log = logging.getLogger("proxy.lifecycle")
@@ -103,7 +104,7 @@ class DrainMiddleware:
             await self.app(scope, receive, send)
             return
         if self.drain.draining and scope["path"] not in EXEMPT_PATHS:
-            await error_response(self.drain.refusal())(scope, receive, send)
+            await refusal(scope, self.drain.refusal())(scope, receive, send)
             return
         started = False
         sse = False
@@ -131,7 +132,7 @@ class DrainMiddleware:
             if not self.drain.draining:
                 raise
             if not started:
-                await error_response(self.drain.cut_off())(scope, receive, send)
+                await refusal(scope, self.drain.cut_off())(scope, receive, send)
                 return
             if not (sse and not done):
                 raise

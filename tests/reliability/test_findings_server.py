@@ -230,6 +230,7 @@ TRICKLED_ROUTES = {
     "pass-through": ("/v1/embeddings", []),
     "chat-pass-through": ("/v1/chat/completions", []),
     "compacting": ("/v1/chat/completions", [("X-Session-Id", "slow-1")]),
+    "messages": ("/v1/messages", [("X-Session-Id", "slow-2"), ("x-api-key", "sk-ant-slow")]),
 }
 
 
@@ -237,7 +238,9 @@ TRICKLED_ROUTES = {
 def test_a_body_that_does_not_arrive_in_time_gets_408(
     fake_upstream: FakeUpstream, spawn_proxy: SpawnProxy, route: str
 ) -> None:
-    proxy = spawn_proxy(upstream=fake_upstream.url, body_timeout=1)
+    proxy = spawn_proxy(
+        upstream=fake_upstream.url, anthropic_upstream=fake_upstream.base_url, body_timeout=1
+    )
     target, headers = TRICKLED_ROUTES[route]
     started = time.monotonic()
     answer = trickle_until_answered(
@@ -245,8 +248,12 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(
     )
     waited = time.monotonic() - started
     assert answer.status == 408, answer
-    error = answer.error()
-    assert (error["type"], error["code"]) == ("invalid_request_error", "request_timeout")
+    if route == "messages":  # Anthropic's error shape on its API
+        payload = json.loads(answer.body)
+        assert payload["type"] == "error" and payload["error"]["type"] == "invalid_request_error"
+    else:
+        error = answer.error()
+        assert (error["type"], error["code"]) == ("invalid_request_error", "request_timeout")
     assert answer.headers["connection"] == "close"
     assert 0.9 < waited < 3.0
     assert fake_upstream.requests == []
@@ -423,24 +430,37 @@ def test_header_values_with_surrounding_whitespace_are_stripped(
 
 
 @pytest.mark.parametrize("name", ["Authorization", "x-api-key", "api-key"])
-@pytest.mark.parametrize("route", ["pass-through", "chat-pass-through", "compacting"])
+@pytest.mark.parametrize(
+    "route", ["pass-through", "chat-pass-through", "compacting", "messages", "count-tokens"]
+)
 def test_duplicated_credential_headers_get_400(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, name: str, route: str
 ) -> None:
-    proxy = make_proxy()
+    proxy = make_proxy(anthropic_base_url=fake_upstream.base_url)
     first, second = ("Bearer sk-first", "Bearer sk-second")
     twice = [(name, first), (name.upper(), second)]
-    if route == "pass-through":
+    session = [("X-Session-Id", "dup-1")] if route in ("compacting", "messages") else []
+    headers = [*twice, *session, ("Content-Type", "application/json")]
+    target = {
+        "chat-pass-through": "/v1/chat/completions",
+        "compacting": "/v1/chat/completions",
+        "messages": "/v1/messages",
+        "count-tokens": "/v1/messages/count_tokens",
+    }.get(route)
+    if target is None:
         head = request_bytes("GET", "/v1/models", twice)
     else:
-        session = [("X-Session-Id", "dup-1")] if route == "compacting" else []
-        headers = [*twice, *session, ("Content-Type", "application/json")]
-        head = request_bytes("POST", "/v1/chat/completions", headers, json.dumps(CHAT).encode())
+        head = request_bytes("POST", target, headers, json.dumps(CHAT).encode())
     answer = raw_request(proxy.port, head)
     assert answer.status == 400, answer
-    error = answer.error()
-    assert (error["type"], error["code"]) == ("invalid_request_error", "duplicate_header")
-    assert error["param"] == name.lower()
+    if target is not None and target.startswith("/v1/messages"):  # Anthropic's error shape
+        payload = json.loads(answer.body)
+        assert payload["type"] == "error" and payload["error"]["type"] == "invalid_request_error"
+        assert name.lower() in payload["error"]["message"]
+    else:
+        error = answer.error()
+        assert (error["type"], error["code"]) == ("invalid_request_error", "duplicate_header")
+        assert error["param"] == name.lower()
     assert "sk-first" not in answer.body.decode() and "sk-second" not in answer.body.decode()
     assert answer.headers["x-should-retry"] == "false"
     assert fake_upstream.requests == []
@@ -449,9 +469,19 @@ def test_duplicated_credential_headers_get_400(
 # -- 9. the drain timeout before a response started ------------------------------------------
 
 
-DRAIN_PATHS = {
-    "pass-through": {"authorization": "Bearer sk-drain"},
-    "compacting": {"authorization": "Bearer sk-drain", "x-session-id": "drain-late"},
+MESSAGES_BODY = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "hello"}],
+}
+DRAIN_PATHS: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
+    "pass-through": ("/chat/completions", CHAT, {"authorization": "Bearer sk-drain"}),
+    "compacting": (
+        "/chat/completions",
+        CHAT,
+        {"authorization": "Bearer sk-drain", "x-session-id": "drain-late"},
+    ),
+    "messages": ("/messages", MESSAGES_BODY, {"x-api-key": "sk-ant", "x-session-id": "drain-m"}),
 }
 
 
@@ -468,13 +498,15 @@ def slow_upstream() -> Iterator[TimedUpstream]:
 
 
 @pytest.mark.parametrize("path", list(DRAIN_PATHS))
-def test_drain_timeout_before_the_answer_started_is_an_openai_503(
+def test_drain_timeout_before_the_answer_started_is_a_503_in_the_apis_shape(
     slow_upstream: TimedUpstream, spawn_proxy: SpawnProxy, path: str
 ) -> None:
-    proxy = spawn_proxy(upstream=slow_upstream.url, drain_timeout=1)
+    anthropic = slow_upstream.url.removesuffix("/v1")
+    proxy = spawn_proxy(upstream=slow_upstream.url, anthropic_upstream=anthropic, drain_timeout=1)
+    route, body, headers = DRAIN_PATHS[path]
     with ThreadPoolExecutor(1) as pool:
-        url = proxy.base_url + "/chat/completions"
-        pending = pool.submit(httpx.post, url, json=CHAT, headers=DRAIN_PATHS[path], timeout=15)
+        url = proxy.base_url + route
+        pending = pool.submit(httpx.post, url, json=body, headers=headers, timeout=15)
         assert wait_until(lambda: slow_upstream.requests == 1, 5)
         signalled = time.monotonic()
         proxy.signal(signal.SIGTERM)
@@ -484,9 +516,13 @@ def test_drain_timeout_before_the_answer_started_is_an_openai_503(
     assert int(answer.headers["retry-after"]) >= 1
     assert answer.headers["connection"] == "close"
     assert answer.headers.get("x-should-retry") != "false"
-    error = answer.json()["error"]
-    assert set(error) == ERROR_FIELDS
-    assert (error["type"], error["code"]) == ("server_error", "proxy_shutdown")
+    if path == "messages":  # Anthropic's error shape on its API
+        payload = answer.json()
+        assert payload["type"] == "error" and payload["error"]["type"] == "api_error"
+    else:
+        error = answer.json()["error"]
+        assert set(error) == ERROR_FIELDS
+        assert (error["type"], error["code"]) == ("server_error", "proxy_shutdown")
     assert proxy.wait(timeout=10) == 0
     assert b"Internal Server Error" not in proxy.logs()
 
