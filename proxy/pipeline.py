@@ -272,7 +272,7 @@ class Pipeline:
         )
 
     def error_response(self, exc: ProxyError) -> Response:
-        body = self.wire.error_body(exc.status, exc.message, exc.type, exc.code)
+        body = self.wire.error_body(exc.status, exc.message, exc.type, exc.code, exc.param)
         headers = {**self.response_headers(), **exc.headers}
         return JSONResponse(body, status_code=exc.status, headers=headers)
 

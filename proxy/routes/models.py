@@ -12,10 +12,10 @@ import logging
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.errors import InvalidRequest, PayloadTooLarge, ProxyError
+from proxy.errors import InvalidRequest, ProxyError
 from proxy.pipeline import Pipeline
 from proxy.routes.disconnect import unless_client_leaves
-from proxy.routes.forward import forward
+from proxy.routes.forward import forward, read_body
 from proxy.session import UnrecognisedHistory
 from proxy.upstream import Upstream
 from proxy.wire.base import Unsupported, Wire
@@ -23,20 +23,6 @@ from proxy.wire.base import Unsupported, Wire
 log = logging.getLogger("proxy.models")
 
 MAX_SESSION_ID_CHARS = 16384
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"Request body exceeds the proxy's limit of {limit} bytes.")
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"Request body exceeds the proxy's limit of {limit} bytes.")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def session_id_of(request: Request, names: list[str]) -> str | None:
@@ -53,7 +39,7 @@ async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) 
     try:
         return await _serve(request, wire, upstream)
     except ProxyError as exc:
-        body = wire.error_body(exc.status, exc.message, exc.type, exc.code)
+        body = wire.error_body(exc.status, exc.message, exc.type, exc.code, exc.param)
         return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 

@@ -124,7 +124,9 @@ class Wire(Protocol):
         """This API's reply to a summary request as a Chat Completions completion."""
         ...
 
-    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
+    def error_body(
+        self, status: int, message: str, type_: str, code: str | None, param: str | None = None
+    ) -> JSON:
         """An error body in this API's shape."""
         ...
 

@@ -194,8 +194,10 @@ class ChatWire:
             raise UpstreamInvalidResponse()
         return data
 
-    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
-        return error_payload(message, type_, code)
+    def error_body(
+        self, status: int, message: str, type_: str, code: str | None, param: str | None = None
+    ) -> JSON:
+        return error_payload(message, type_, code, param)
 
     def learned_window(self, error_body: Any) -> int | None:
         err = error_body.get("error") if isinstance(error_body, dict) else None

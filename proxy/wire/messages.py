@@ -87,7 +87,9 @@ class MessagesWire:
         except reply.UnreadableReply as exc:
             raise UpstreamInvalidResponse() from exc
 
-    def error_body(self, status: int, message: str, type_: str, code: str | None) -> JSON:
+    def error_body(
+        self, status: int, message: str, type_: str, code: str | None, param: str | None = None
+    ) -> JSON:
         return request.error_body(status, message, type_, code)
 
     def learned_window(self, error_body: Any) -> int | None:
