@@ -57,6 +57,9 @@ async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) 
         return await _serve(request, wire, upstream)
     except ProxyError as exc:
         body = wire.error_body(exc.status, exc.message, exc.type, exc.code)
+        error = body.get("error")
+        if exc.param is not None and isinstance(error, dict) and "param" in error:
+            error["param"] = exc.param  # OpenAI's shape names the field at fault
         return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
