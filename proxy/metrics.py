@@ -3,8 +3,9 @@
 `Metrics` owns a `CollectorRegistry` (no module globals, so two apps in one process never share
 counters). `MetricsMiddleware` is pure ASGI: when a request is over it reads the facts routes
 put in `request.state.log_fields` (compaction, tokens, extract calls, store errors, upstream
-time) and the matched route's path template. Labels never carry a session id, a tenant, a key
-or a raw path: only route templates, statuses and small fixed vocabularies.
+time, the wire: chat, responses or messages) and the matched route's path template. Labels
+never carry a session id, a tenant, a key or a raw path: only route templates, statuses and
+small fixed vocabularies.
 """
 
 from __future__ import annotations
@@ -35,12 +36,20 @@ _TRAIL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0)
 _TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
 _LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# The APIs the model routes speak; "none" for every other route (admin, health, metrics).
+WIRES = frozenset({"chat", "responses", "messages"})
+NO_WIRE = "none"
 
 
 def _label(value: Any, default: str = "other") -> str:
     """A label value from a small vocabulary; anything else folds into `default`."""
     text = str(value).lower() if value is not None else ""
     return text if _LABEL_VALUE.match(text) else default
+
+
+def wire_label(value: Any) -> str:
+    """A request's wire as a label: one of `WIRES`, else "none"."""
+    return value if isinstance(value, str) and value in WIRES else NO_WIRE
 
 
 def _number(value: Any) -> float | None:
@@ -57,8 +66,9 @@ class Metrics:
         reg = self.registry
         self.requests = Counter(
             "xun_requests",
-            "HTTP requests by route template and status.",
-            ["route", "method", "status"],
+            "HTTP requests by route template, status and wire (chat, responses, messages; "
+            "none for routes that are no model API).",
+            ["route", "method", "status", "wire"],
             registry=reg,
         )
         self.upstream_seconds = Histogram(
@@ -77,8 +87,8 @@ class Metrics:
         )
         self.compactions = Counter(
             "xun_compactions",
-            "Compactions by level, outcome and trigger (auto or manual).",
-            ["level", "outcome", "trigger"],
+            "Compactions by level, outcome, trigger (auto or manual) and the session's wire.",
+            ["level", "outcome", "trigger", "wire"],
             registry=reg,
         )
         self.tokens_before = Histogram(
@@ -142,7 +152,8 @@ class Metrics:
     ) -> None:
         """Record one finished request and the facts its route reported."""
         method = method if method in _METHODS else "OTHER"
-        self.requests.labels(route=route, method=method, status=str(status)).inc()
+        wire = wire_label(fields.get("wire"))
+        self.requests.labels(route=route, method=method, status=str(status), wire=wire).inc()
         upstream_ms = _number(fields.get("upstream_ms"))
         if upstream_ms is not None:
             self.upstream_seconds.labels(route=route).observe(upstream_ms / 1000)
@@ -154,16 +165,18 @@ class Metrics:
 
     def _observe_session_facts(self, fields: Mapping[str, Any]) -> None:
         compaction = fields.get("compaction")
+        wire = wire_label(fields.get("wire"))
         if compaction in ("toolcall", "summary"):
             self.observe_compaction(
                 str(compaction),
                 "success",
                 "auto",
+                wire=wire,
                 tokens_before=_number(fields.get("tokens_before")),
                 tokens_after=_number(fields.get("tokens_after")),
             )
         elif compaction == "failed":
-            self.observe_compaction("unknown", "error", "auto")
+            self.observe_compaction("unknown", "error", "auto", wire=wire)
         for name, counter in (
             ("extract_calls", self.extract_calls),
             ("summary_calls", self.summary_calls),
@@ -188,11 +201,15 @@ class Metrics:
         outcome: str,
         trigger: str,
         *,
+        wire: str = "chat",
         tokens_before: float | None = None,
         tokens_after: float | None = None,
     ) -> None:
         self.compactions.labels(
-            level=_label(level), outcome=_label(outcome), trigger=_label(trigger)
+            level=_label(level),
+            outcome=_label(outcome),
+            trigger=_label(trigger),
+            wire=wire_label(wire),
         ).inc()
         if tokens_before is not None:
             self.tokens_before.observe(tokens_before)

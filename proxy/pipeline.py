@@ -285,6 +285,7 @@ class Pipeline:
         """
         rb = self.turn.rb
         if rb is not None and save:
+            rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
             if usage is not None:
                 record_turn(
                     rb,

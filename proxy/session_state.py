@@ -71,6 +71,9 @@ class SessionState:
     view: list[str] | str | None = None
     view_len: int = 0
     chain: int = CHAIN_SCHEME  # how prefix_hash and cut_hash were computed
+    # The API the session speaks ("chat", "responses", "messages"); None when saved before
+    # the proxy noted it (those were all Chat Completions sessions).
+    wire: str | None = None
 
     @property
     def compacted(self) -> bool:
@@ -146,6 +149,7 @@ class SessionState:
             "toolcall_rounds": self.toolcall_rounds,
             "reclaimed": len(self.reclaimed),
             "has_summary": bool(self.summary),
+            "wire": self.wire,
         }
 
 

@@ -107,6 +107,7 @@ def _info_row(info: SessionInfo) -> dict[str, Any]:
         "id": info.id,
         "tenant": info.key.tenant,
         "session": info.key.session,
+        "wire": info.meta.get("wire") or "chat",  # saved before the wire was noted: chat
         "version": info.version,
         "updated_at": _iso(info.updated_at),
         "size": info.size,
@@ -123,7 +124,7 @@ def _state(data: bytes) -> tuple[str, Any]:
 
 
 def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    columns = ("id", "tenant", "session", "messages", "total_tokens", "updated_at", "size")
+    columns = ("id", "tenant", "session", "wire", "messages", "total_tokens", "updated_at", "size")
     table: list[tuple[str, ...]] = [columns]
     for row in rows:
         values = [row[c] if c in row else row["meta"].get(c) for c in columns]
@@ -204,6 +205,7 @@ async def _show(args: argparse.Namespace, store: Store, out: TextIO) -> int:
         "id": stored.key.id,
         "tenant": stored.key.tenant,
         "session": stored.key.session,
+        "wire": (state.get("wire") if isinstance(state, dict) else None) or "chat",
         "version": stored.version,
         "updated_at": _iso(stored.updated_at),
         "meta": stored.meta,

@@ -53,6 +53,7 @@ OPTIONS: tuple[Option, ...] = (
         "--anthropic-upstream",
     ),
     Option("upstream_api_key", "upstream.api_key", "XUN_UPSTREAM_API_KEY", "--upstream-api-key"),
+    Option("anthropic_api_key", "upstream.anthropic_api_key", "XUN_ANTHROPIC_API_KEY"),
     Option("connect_timeout", "upstream.connect_timeout", "XUN_CONNECT_TIMEOUT"),
     Option("read_timeout", "upstream.read_timeout", "XUN_READ_TIMEOUT"),
     Option("first_byte_timeout", "upstream.first_byte_timeout", "XUN_FIRST_BYTE_TIMEOUT"),
@@ -144,6 +145,9 @@ class Settings(BaseSettings):
     # Anthropic's API for /v1/messages, a base URL as ANTHROPIC_BASE_URL takes it (no /v1).
     anthropic_base_url: str = "https://api.anthropic.com"
     upstream_api_key: SecretStr | None = None
+    # The proxy's own Anthropic requests (manual summaries of Messages sessions) send it as
+    # x-api-key; client requests keep their own credentials.
+    anthropic_api_key: SecretStr | None = None
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
     # Waiting for the response headers, and then between two body reads (None: read_timeout).

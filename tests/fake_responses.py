@@ -102,6 +102,8 @@ def item_text(item: Any) -> str:
     if not isinstance(item, dict):
         return ""
     kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        return json.dumps(item, separators=(",", ":"))
     if kind == "message":
         return text_of(item.get("content"))
     if kind in ("function_call", "custom_tool_call"):
@@ -109,7 +111,9 @@ def item_text(item: Any) -> str:
     if kind.endswith("_output"):
         return text_of(item.get("output"))
     if kind == "reasoning":
-        return "".join(text_of([s]) for s in item.get("summary") or [] if isinstance(s, dict))
+        summary = item.get("summary")
+        parts = summary if isinstance(summary, list) else []
+        return "".join(text_of([s]) for s in parts if isinstance(s, dict))
     return json.dumps(item, separators=(",", ":"))
 
 
@@ -514,6 +518,9 @@ class FakeResponses(FakeUpstream):
         given = body.get("input")
         if given is not None and not isinstance(given, str | list):
             return 400, _invalid_type("input", "one of a string or array of input items", given)
+        shape = _shape_problem(body)
+        if shape is not None:
+            return 400, shape
         items = input_items(body)
         previous = body.get("previous_response_id")
         if previous is not None:
@@ -587,6 +594,46 @@ class FakeResponses(FakeUpstream):
 
 
 # --- a scripted agent model ---------------------------------------------------------------
+
+
+def _shape_problem(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 for a body whose fields or input items have the wrong JSON types."""
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        return _invalid_type("instructions", "a string", instructions)
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return _invalid_type("tools", "an array", tools)
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            return _invalid_type(f"tools[{i}]", "an object with a string type", tool)
+    given = body.get("input")
+    for i, item in enumerate(given if isinstance(given, list) else []):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            return _invalid_type(where, "an object", item)
+        kind = item.get("type", "message" if "role" in item else None)
+        if not isinstance(kind, str):
+            return _invalid_type(f"{where}.type", "a string", kind)
+        if kind == "message" and not isinstance(item.get("content"), str | list):
+            return _invalid_type(f"{where}.content", "a string or an array", item.get("content"))
+        if kind == "message" and item.get("role") not in (
+            "user",
+            "assistant",
+            "system",
+            "developer",
+        ):
+            message = f"Invalid value: '{item.get('role')}'. Supported values are: 'user', "
+            message += "'assistant', 'system', and 'developer'."
+            return _error_body(message, "invalid_request_error", f"{where}.role", "invalid_value")
+        for key in ("call_id", "name", "arguments", "id"):
+            value = item.get(key)
+            if value is not None and not isinstance(value, str):
+                return _invalid_type(f"{where}.{key}", "a string", value)
+        if kind.endswith("_call_output") and "call_id" not in item and "id" not in item:
+            message = f"Missing required parameter: '{where}.call_id'."
+            return _error_body(message, "invalid_request_error", f"{where}.call_id", None)
+    return None
 
 
 def file_text(n: int, size: int) -> str:

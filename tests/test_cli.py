@@ -199,15 +199,17 @@ def test_sessions_ls(store_url: str, capsys: pytest.CaptureFixture[str]) -> None
         "id",
         "tenant",
         "session",
+        "wire",
         "messages",
         "total_tokens",
         "updated_at",
         "size",
     ]
-    assert [row.split()[1:5] for row in rows] == [
-        ["tenant-b", "s1", "2", "100"],
-        ["tenant-a", "s2", "8", "1800"],
-        ["tenant-a", "s1", "4", "900"],
+    # Sessions saved before the wire was noted were Chat Completions sessions.
+    assert [row.split()[1:6] for row in rows] == [
+        ["tenant-b", "s1", "chat", "2", "100"],
+        ["tenant-a", "s2", "chat", "8", "1800"],
+        ["tenant-a", "s1", "chat", "4", "900"],
     ]
     assert rows[0].split()[0] == SESSIONS[2][0].id
 

@@ -34,6 +34,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
         "http://f/v1", "http://e/v1", "http://g/v1", "http://f/v1", "http://e/v1", "http://g/v1"
     ),
     "upstream_api_key": ("sk-f", "sk-e", "sk-g", "sk-f", "sk-e", "sk-g"),
+    "anthropic_api_key": ("sk-ant-f", "sk-ant-e", "sk-ant-g", "sk-ant-f", "sk-ant-e", "sk-ant-g"),
     "connect_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "read_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "first_byte_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),

@@ -52,9 +52,9 @@ def test_counters_move_with_a_compacting_session(
     c.agent.step()
     m = scrape(c.proxy)
 
-    chat_ok = {"route": CHAT, "method": "POST", "status": "200"}
+    chat_ok = {"route": CHAT, "method": "POST", "status": "200", "wire": "chat"}
     assert value(m, "xun_requests_total", **chat_ok) == steps + 1
-    auto = {"outcome": "success", "trigger": "auto"}
+    auto = {"outcome": "success", "trigger": "auto", "wire": "chat"}
     assert value(m, "xun_compactions_total", level="toolcall", **auto) == 2
     assert value(m, "xun_compactions_total", level="summary", **auto) == 1
     assert value(m, "xun_compaction_tokens_before_count") == 3
@@ -76,8 +76,10 @@ def test_counters_move_with_a_compacting_session(
     httpx.get(c.proxy.url + "/nowhere/" + c.id)
     text = httpx.get(c.proxy.url + "/metrics").text
     m = parse(text)
-    assert value(m, "xun_requests_total", route="/admin/sessions/{id}", method="GET", status="200")
-    assert value(m, "xun_requests_total", route="unmatched", method="GET", status="404") == 1
+    admin = {"route": "/admin/sessions/{id}", "method": "GET", "status": "200", "wire": "none"}
+    assert value(m, "xun_requests_total", **admin)
+    missing = {"route": "unmatched", "method": "GET", "status": "404", "wire": "none"}
+    assert value(m, "xun_requests_total", **missing) == 1
     for secret in (c.id, "agent-1", CLIENT_KEY, c.detail()["tenant"], reclaimed):
         assert secret not in text
 
@@ -92,7 +94,7 @@ def test_streamed_requests_are_counted(
     )
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     m = scrape(proxy)
-    assert value(m, "xun_requests_total", route=CHAT, method="POST", status="200") == 1
+    assert value(m, "xun_requests_total", route=CHAT, method="POST", status="200", wire="chat") == 1
     assert value(m, "xun_upstream_seconds_count", route=CHAT) == 1
 
 
@@ -119,7 +121,7 @@ def test_each_app_has_its_own_registry(fake_upstream: FakeUpstream, make_proxy: 
     first, second = make_proxy(), make_proxy()
     for _ in range(3):
         httpx.get(first.url + "/healthz")
-    ok = {"route": "/healthz", "method": "GET", "status": "200"}
+    ok = {"route": "/healthz", "method": "GET", "status": "200", "wire": "none"}
     assert value(scrape(first), "xun_requests_total", **ok) == 3
     assert value(scrape(second), "xun_requests_total", **ok) == 0
     a = create_app(Settings(store_url="memory://"))
@@ -138,7 +140,7 @@ def test_labels_stay_in_small_vocabularies() -> None:
             fields={"degraded": f"Reason with session s-{i}!", "upstream_ms": 40},
         )
     m = parse(metrics.render().decode())
-    ok = {"route": "/v1/{path:path}", "method": "OTHER", "status": "200"}
+    ok = {"route": "/v1/{path:path}", "method": "OTHER", "status": "200", "wire": "none"}
     assert value(m, "xun_requests_total", **ok) == 50
     assert value(m, "xun_degraded_requests_total", reason="other") == 50
     assert value(m, "xun_proxy_overhead_seconds_sum", route="/v1/{path:path}") == pytest.approx(

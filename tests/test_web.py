@@ -16,6 +16,7 @@ import pytest
 from tests.agent import SYSTEM
 from tests.compacted import ADMIN_KEY, Compacted, compacted_session
 from tests.fake_upstream import FakeUpstream
+from tests.wire_sessions import REMINDER, run_messages, run_responses, wire_proxy
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -140,3 +141,86 @@ def test_viewer_shows_a_compacted_session(browser: Any, session: Compacted) -> N
     page.wait_for_selector("#chart svg")
     assert chart_state(page)["turns"] == after["turns"]
     assert errors == []
+
+
+def test_viewer_shows_responses_and_messages_sessions(browser: Any) -> None:
+    """A Codex-like Responses session and a Claude Code-like Messages session, made through the
+    real proxy: items rendered readably, opaque payloads never on the page."""
+    with wire_proxy() as proxy:
+        codex = run_responses(proxy)
+        claude = run_messages(proxy)
+        assert "toolcall" in codex.compactions and "toolcall" in claude.compactions
+        blobs = [i["encrypted_content"] for i in codex.history if i.get("type") == "reasoning"]
+        blobs += [
+            b["signature"]
+            for m in claude.history
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "thinking"
+        ]
+        assert len(blobs) > 10
+
+        errors: list[str] = []
+        page = browser.new_page(viewport={"width": 1440, "height": 1100})
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(proxy.url + "/admin/")
+        page.fill("#key-input", ADMIN_KEY)
+        page.click("#key-save")
+        for run, wire in ((codex, "responses"), (claude, "messages")):
+            row = page.locator(f'.session-row[data-id="{run.session_id}"]')
+            row.wait_for()
+            assert row.locator("td.wire").inner_text() == wire
+        assert "previous_response_id" in page.inner_text("#unsupported-note")
+        assert "x-xun-compaction: unsupported" in page.inner_text("#unsupported-note")
+
+        # Responses: reasoning collapsed and shown as encrypted, calls like tool calls.
+        page.click(f'.session-row[data-id="{codex.session_id}"]')
+        page.wait_for_selector("#conversation .item.reasoning")
+        assert "Responses" in page.inner_text("#facts")
+        reasoning = page.locator(".item.reasoning").first
+        assert reasoning.get_attribute("open") is None  # collapsed
+        assert "encrypted reasoning" in reasoning.locator("summary").inner_text()
+        reasoning.locator("summary").click()
+        assert "Next, read file 1." in reasoning.locator(".item-body").inner_text()
+        call = page.locator(".item.call").first
+        assert call.locator(".call-name").inner_text() == "read_file"
+        assert "file_1.txt" in call.locator(".item-body").inner_text()
+        mid = page.locator(".msg.mid-system")
+        assert mid.count() == 1 and REMINDER in mid.inner_text()
+        assert "mid-conversation" in mid.locator(".role").text_content()
+        _expand_first_placeholder(page, codex.outputs, "function_call_output")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "admin-viewer-responses.png"), full_page=True)
+        html = page.content()
+        assert not [b for b in blobs if b in html]
+
+        # Messages: thinking collapsed, tool_use / tool_result like calls and results.
+        page.click(f'.session-row[data-id="{claude.session_id}"]')
+        page.wait_for_selector("#conversation .item.thinking")
+        assert "Anthropic Messages" in page.inner_text("#facts")
+        thinking = page.locator(".item.thinking").first
+        assert thinking.get_attribute("open") is None
+        assert "thinking · signed" in thinking.locator("summary").inner_text()
+        thinking.locator("summary").click()
+        assert "Next I read file 1 of 12." in thinking.locator(".item-body").inner_text()
+        assert page.locator(".item.call .call-name", has_text="read_file").count() >= 10
+        mid = page.locator(".msg.mid-system")
+        assert mid.count() == 1 and REMINDER in mid.inner_text()
+        assert "You are a careful coding agent." in page.locator("#sections").inner_text()
+        _expand_first_placeholder(page, claude.outputs, "tool result")
+        page.screenshot(path=str(ARTIFACTS / "admin-viewer-messages.png"), full_page=True)
+        html = page.content()
+        assert not [b for b in blobs if b in html]
+        assert errors == []
+
+
+def _expand_first_placeholder(page: Any, outputs: dict[str, str], wire_type: str) -> None:
+    placeholder = page.locator(".msg.placeholder").first
+    call_id = placeholder.get_attribute("data-compacted-id")
+    assert call_id in outputs
+    assert wire_type in placeholder.locator(".role").text_content()
+    assert "Compacted, ID: " + call_id in placeholder.locator(".msg-body").inner_text()
+    placeholder.locator("button.expand").click()
+    original = placeholder.locator("pre.original")
+    original.wait_for()
+    assert original.inner_text() == outputs[call_id]

@@ -7,6 +7,7 @@ compressed in the state) rebuilt under the session's state. Auth and loading liv
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -27,6 +28,7 @@ from proxy.routes.admin_base import (
     store_failed,
 )
 from proxy.routes.admin_compact import compact_session
+from proxy.routes.admin_view import content_text, is_mid_system, message_items, wire_type
 from proxy.session import HIDDEN_KEY_PREFIX, Rebuild
 from proxy.session_state import SessionState
 from proxy.store import SessionInfo, StoreError
@@ -68,6 +70,7 @@ def _row(info: SessionInfo) -> dict[str, Any]:
         "object": "session",
         "session": info.key.session,
         "tenant": info.key.tenant,
+        "wire": meta.get("wire") or "chat",
         "messages": meta.get("messages"),
         "total_tokens": meta.get("total_tokens"),
         "counters": {
@@ -82,8 +85,22 @@ def _row(info: SessionInfo) -> dict[str, Any]:
     }
 
 
+def _text(message: RawOpenAIMessage, truncate: bool) -> str:
+    """`to_history()`'s text of a message, with binary parts named instead of dumped."""
+    lines = [content_text(message.content, truncate)]
+    for call in message.raw.get("tool_calls") or []:
+        function = (call.get("function") if isinstance(call, dict) else None) or {}
+        lines.append(f"[tool call] {function.get('name')}({function.get('arguments')})")
+    return "\n".join(line for line in lines if line)
+
+
 def history(rb: Rebuild, truncate: bool) -> list[dict[str, Any]]:
-    """`to_history()` records, marked so a viewer can expand placeholders and the summary."""
+    """`to_history()` records, marked so a viewer can expand placeholders and the summary.
+
+    Messages of the Responses and Messages wires also get their model turn's `items`
+    (reasoning, thinking, calls, text: `proxy.routes.admin_view`), the `wire_type` of the
+    original they came from, and `system` when they are a system message mid-conversation.
+    """
     conv = rb.conversation
     reclaimed = set(conv.reclaimed_keys())
     records: list[dict[str, Any]] = []
@@ -95,12 +112,21 @@ def history(rb: Rebuild, truncate: bool) -> list[dict[str, Any]]:
             out["sections"] = dict(message.persist_sections)
         elif isinstance(message, RawOpenAIMessage):
             out["kind"] = "message"
+            out["content"] = _text(message, truncate)
             if message.tool_call_id is not None:
                 out["tool_call_id"] = message.tool_call_id
             if message.key in reclaimed:
                 out["compacted_id"] = message.key
             if message.key is not None and message.key.startswith(HIDDEN_KEY_PREFIX):
                 out["hidden"] = True  # an extract call the client never saw
+            items = message_items(message.raw, truncate)
+            if items is not None:
+                out["items"] = items
+            kind = wire_type(message.raw)
+            if kind is not None:
+                out["wire_type"] = kind
+            if is_mid_system(message.raw):
+                out["system"] = True
         else:
             out["kind"] = "message"
         records.append(out)
@@ -148,6 +174,7 @@ async def session_detail(request: Request) -> Response:
         "object": "session",
         "session": stored.key.session,
         "tenant": stored.key.tenant,
+        "wire": state.wire or "chat",
         "version": stored.version,
         "updated_at": stored.updated_at,
         "meta": stored.meta,
@@ -170,10 +197,16 @@ async def export_session(request: Request) -> Response:
     authorize(request)
     stored, state = await load_session(request)
     rb = require_view(rebuild_view(state))
+    wire = state.wire or "chat"
+    # The conversation's own save format (Conversation.loads reads it), the wire beside it.
+    saved = {**rb.conversation.to_saved(), "wire": wire}
     return Response(
-        rb.conversation.dumps(),
+        json.dumps(saved, ensure_ascii=False),
         media_type="application/json",
-        headers={"content-disposition": f'attachment; filename="session-{stored.key.id}.json"'},
+        headers={
+            "content-disposition": f'attachment; filename="session-{stored.key.id}.json"',
+            "x-xun-wire": wire,
+        },
     )
 
 

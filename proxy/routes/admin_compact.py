@@ -1,8 +1,9 @@
 """POST /admin/sessions/{id}/compact: the seed's `/compact` and `/compact toolcall`.
 
 `toolcall` reclaims old tool results (level 1); `summary` summarises the head (level 2) with
-one upstream request made with the configured upstream key, since the admin API holds no
-client credentials. The new state is saved with compare-and-set against the version read.
+upstream requests in the session's own API (Chat Completions, Responses, or Messages to the
+Anthropic upstream), made with the configured key, since the admin API holds no client
+credentials. The new state is saved with compare-and-set against the version read.
 """
 
 from __future__ import annotations
@@ -32,21 +33,65 @@ from proxy.store import StoreError, VersionConflict
 from proxy.summarizer import ContextLengthExceeded, Summarizer, is_context_length_error
 from proxy.trail import counts as trail_counts
 from proxy.upstream import Upstream
+from proxy.wire.base import Wire
+from proxy.wire.chat import ChatWire
+from proxy.wire.messages import MessagesWire
+from proxy.wire.responses import ResponsesWire
 
-CHAT_PATH = "/chat/completions"
+ANTHROPIC_VERSION = "2023-06-01"
 
 
-def _summary_post(upstream: Upstream, failures: list[str]) -> Any:
-    """The summariser's HTTP call, made with the configured upstream key."""
+def wire_of(name: str | None) -> Wire:
+    """The adapter of a session's API (sessions saved before the proxy noted it: chat)."""
+    if name == "responses":
+        return ResponsesWire()
+    if name == "messages":
+        return MessagesWire()
+    return ChatWire()
+
+
+def _summary_route(request: Request, wire: Wire) -> tuple[Upstream, dict[str, str]]:
+    """The upstream and headers of a manual summary, in the session's own API, made with
+    the configured key (the admin API holds no client credentials); 409 without one."""
+    settings: Settings = request.app.state.settings
+    if wire.name == "messages":
+        key = settings.anthropic_api_key
+        if key is None:
+            raise Conflict(
+                "A summary of a Messages session needs an Anthropic API key: the admin API "
+                "has no client credentials to call the model with. Set "
+                "XUN_ANTHROPIC_API_KEY (upstream.anthropic_api_key).",
+                code="upstream_key_required",
+            )
+        upstream: Upstream = request.app.state.anthropic_upstream
+        headers = upstream.forward_headers({})
+        headers["x-api-key"] = key.get_secret_value()
+        headers["anthropic-version"] = ANTHROPIC_VERSION
+        return upstream, headers
+    if settings.upstream_api_key is None:
+        raise Conflict(
+            "A summary needs an upstream API key: the admin API has no client credentials "
+            "to call the model with. Start the proxy with --upstream-api-key "
+            "(XUN_UPSTREAM_API_KEY).",
+            code="upstream_key_required",
+        )
+    upstream = request.app.state.upstream
+    return upstream, upstream.forward_headers({})
+
+
+def _summary_post(
+    upstream: Upstream, headers: dict[str, str], wire: Wire, failures: list[str]
+) -> Any:
+    """The summariser's HTTP call: a Chat Completions-shaped request sent in `wire`'s API."""
 
     async def post(body: dict[str, Any]) -> dict[str, Any]:
-        headers = upstream.forward_headers({})
-        status, data, _ = await upstream.post_json(CHAT_PATH, body, headers)
-        if status == 200:
-            return data
+        sent = wire.summary_body({}, body)  # no client body: no thinking, no reasoning
+        status, data, _ = await upstream.post_json(wire.path, sent, headers)
+        if status == 200 and isinstance(data, dict):
+            return wire.summary_reply(data)
         if is_context_length_error(status, data):
             raise ContextLengthExceeded(str(status))
-        error = data.get("error")
+        error = data.get("error") if isinstance(data, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
         failures.append(f"upstream answered {status}: {message or 'no message'}")
         raise UpstreamError(f"summary request failed with status {status}")
@@ -54,19 +99,23 @@ def _summary_post(upstream: Upstream, failures: list[str]) -> Any:
     return post
 
 
-def _tools_named_in(rb: Rebuild) -> list[dict[str, Any]] | None:
+def _tools_named_in(rb: Rebuild, wire: Wire) -> list[dict[str, Any]] | None:
     """Minimal definitions of the tools the history calls: some providers refuse tool
-    messages without them, and the admin API never saw the client's `tools`."""
+    messages without them, and the admin API never saw the client's `tools`. A Messages
+    summary goes without: its tool blocks are then sent as text."""
+    if wire.name == "messages":
+        return None
     names: dict[str, None] = {}
     for message in rb.upstream_messages():
         for call in message.get("tool_calls") or []:
             name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
             if isinstance(name, str) and name:
                 names[name] = None
-    tools = [
-        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-        for n in names
-    ]
+    schema = {"type": "object"}
+    if wire.name == "responses":
+        tools = [{"type": "function", "name": n, "parameters": schema} for n in names]
+    else:
+        tools = [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
     return tools or None
 
 
@@ -76,6 +125,7 @@ async def compact_session(request: Request) -> Response:
     settings: Settings = request.app.state.settings
     stored, state = await load_session(request)
     rb = require_view(rebuild_view(state))
+    wire = wire_of(state.wire)
     conv = rb.conversation
     length_before = conv.estimated_message_length()
     failures: list[str] = []
@@ -87,13 +137,7 @@ async def compact_session(request: Request) -> Response:
         changed = result.reclaimed_count > 0
         outcome = "success" if changed else "nothing_to_condense"
     else:
-        if settings.upstream_api_key is None:
-            raise Conflict(
-                "A summary needs an upstream API key: the admin API has no client credentials "
-                "to call the model with. Start the proxy with --upstream-api-key "
-                "(XUN_UPSTREAM_API_KEY).",
-                code="upstream_key_required",
-            )
+        upstream, headers = _summary_route(request, wire)
         model = body.model or settings.summary_model
         if not model:
             raise InvalidRequest(
@@ -103,9 +147,9 @@ async def compact_session(request: Request) -> Response:
                 code="model_required",
             )
         summarizer = Summarizer(
-            post=_summary_post(request.app.state.upstream, failures),
+            post=_summary_post(upstream, headers, wire, failures),
             model=model,
-            tools=_tools_named_in(rb),
+            tools=_tools_named_in(rb, wire),
         )
         agent = CompactionContext(conv, summarizer, settings.token_threshold)
         keep = settings.summary_keep_max if body.keep is None else body.keep
@@ -161,6 +205,7 @@ async def compact_session(request: Request) -> Response:
             body.mode,
             outcome,
             "manual",
+            wire=wire.name,
             tokens_before=tokens_before if changed else None,
             tokens_after=state.total_tokens if changed else None,
         )

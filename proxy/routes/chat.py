@@ -8,7 +8,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.routes.models import read_body, serve, session_id_of
+from proxy.routes.forward import read_body
+from proxy.routes.models import serve, session_id_of
 from proxy.wire.chat import ChatWire, parse_body
 
 CHAT_PATH = ChatWire.path

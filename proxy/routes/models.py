@@ -36,6 +36,9 @@ def session_id_of(request: Request, names: list[str]) -> str | None:
 async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) -> Response:
     """One model request through `wire`: compacted when it names a session. The proxy's own
     errors answer in the wire's shape (Anthropic's on /v1/messages)."""
+    fields = getattr(request.state, "log_fields", None)
+    if isinstance(fields, dict):
+        fields["wire"] = wire.name  # logs and metrics, passed-through and refused ones too
     try:
         return await _serve(request, wire, upstream)
     except ProxyError as exc:

@@ -5,6 +5,11 @@
   const KEY = "xun-admin-key";
   const $ = (id) => document.getElementById(id);
   const state = { cursor: null, current: null, tenant: "" };
+  const WIRES = {
+    chat: "Chat Completions",
+    responses: "Responses",
+    messages: "Anthropic Messages",
+  };
 
   function key() {
     return sessionStorage.getItem(KEY) || "";
@@ -77,6 +82,7 @@
       tr.tabIndex = 0;
       tr.title = "tenant " + s.tenant + " · id " + s.id;
       cell(tr, s.session, "name");
+      cell(tr, s.wire || "chat", "wire wire-" + (s.wire || "chat"));
       cell(tr, s.messages, "num");
       cell(tr, s.total_tokens, "num");
       cell(tr, s.reclaimed, "num");
@@ -90,7 +96,7 @@
     if (!body.children.length) {
       const tr = document.createElement("tr");
       cell(tr, "No sessions yet.", "empty");
-      tr.firstChild.colSpan = 6;
+      tr.firstChild.colSpan = 7;
       body.appendChild(tr);
     }
     state.cursor = page.next_cursor;
@@ -112,6 +118,7 @@
     const list = $("facts");
     list.textContent = "";
     fact(list, "session", d.session);
+    fact(list, "wire", WIRES[d.wire] || d.wire);
     fact(list, "tenant", d.tenant);
     fact(list, "total_tokens", d.total_tokens);
     fact(list, "messages (client)", d.meta && d.meta.messages);
@@ -169,6 +176,64 @@
     }
   }
 
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  // A collapsed block: a summary line, its text inside.
+  function folded(cls, label, text) {
+    const box = el("details", "item " + cls);
+    box.appendChild(el("summary", "item-label", label));
+    box.appendChild(el("pre", "item-body", text || "(no text)"));
+    return box;
+  }
+
+  // One item of a model turn (Responses items, Anthropic blocks), as the admin API names it.
+  function renderItem(item) {
+    if (item.kind === "reasoning") {
+      const label = (item.encrypted ? "encrypted reasoning · " + item.encrypted_chars + " chars" : "reasoning") +
+        (item.text ? " · summary" : "");
+      return folded("reasoning", label, item.text || "(encrypted only: no summary was sent)");
+    }
+    if (item.kind === "thinking") {
+      if (item.redacted) return folded("thinking", "redacted thinking", "(encrypted by the provider)");
+      return folded("thinking", "thinking" + (item.signed ? " · signed" : ""), item.text);
+    }
+    if (item.kind === "call") {
+      const box = el("div", "item call" + (item.hidden ? " hidden-extract" : ""));
+      const head = el("div", "item-head");
+      head.appendChild(el("span", "item-label", (item.hidden ? "tool call · answered by the proxy" : "tool call") +
+        (item.type && item.type !== "function" ? " · " + item.type : "")));
+      head.appendChild(el("code", "call-name", item.name));
+      if (item.call_id) head.appendChild(el("code", "call-id", item.call_id));
+      box.appendChild(head);
+      if (item.arguments) box.appendChild(el("pre", "item-body", item.arguments));
+      return box;
+    }
+    if (item.kind === "result") {
+      const box = el("div", "item result" + (item.is_error ? " error" : ""));
+      const head = el("div", "item-head");
+      head.appendChild(el("span", "item-label", "tool result · " + item.type + (item.is_error ? " · error" : "")));
+      if (item.call_id) head.appendChild(el("code", "call-id", item.call_id));
+      box.append(head, el("pre", "item-body", item.text));
+      return box;
+    }
+    if (item.kind === "text") return el("pre", "msg-body item text", item.text);
+    return folded("other", item.type || "item", item.text);
+  }
+
+  function roleLabel(m) {
+    if (m.system) return "system · mid-conversation";
+    let label = m.role === "tool" ? "tool result" : m.role;
+    if (m.wire_type && m.role === "tool" && m.wire_type !== "tool_result") label += " · " + m.wire_type;
+    if (m.compacted_id) label += " · reclaimed";
+    if (m.hidden) label += " · answered by the proxy";
+    return label;
+  }
+
   function renderConversation(d) {
     const list = $("conversation");
     list.textContent = "";
@@ -182,12 +247,13 @@
     for (const m of d.conversation) {
       if (m.kind === "system") continue; // shown above as summary and kept sections
       const li = document.createElement("li");
-      li.className = "msg role-" + m.role + (m.compacted_id ? " placeholder" : "") + (m.hidden ? " hidden-extract" : "");
+      li.className = "msg role-" + m.role + (m.compacted_id ? " placeholder" : "") +
+        (m.hidden ? " hidden-extract" : "") + (m.system ? " mid-system" : "");
       const head = document.createElement("div");
       head.className = "msg-head";
       const role = document.createElement("span");
       role.className = "role";
-      role.textContent = m.role + (m.compacted_id ? " · reclaimed" : "") + (m.hidden ? " · answered by the proxy" : "");
+      role.textContent = roleLabel(m);
       head.appendChild(role);
       if (m.tool_call_id) {
         const id = document.createElement("code");
@@ -196,10 +262,15 @@
         head.appendChild(id);
       }
       if (m.compacted_id) li.dataset.compactedId = m.compacted_id;
-      const body = document.createElement("pre");
-      body.className = "msg-body";
-      body.textContent = m.content;
-      li.append(head, body);
+      li.appendChild(head);
+      if (m.items) {
+        // A model turn of the Responses or Messages API: its items one by one.
+        const items = el("div", "items");
+        for (const item of m.items) items.appendChild(renderItem(item));
+        li.appendChild(items);
+      } else {
+        li.appendChild(el("pre", "msg-body", m.content));
+      }
       if (m.compacted_id) {
         const button = document.createElement("button");
         button.type = "button";

@@ -384,9 +384,10 @@ def error_body(
     status: int, message: str, type_: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     """An error in Anthropic's shape: `type_` when it is one of Anthropic's types, else the
-    type Anthropic gives that status (`code` has no place in this shape)."""
+    type Anthropic gives that status (`code` has no place in this shape). The proxy's generic
+    `invalid_request_error` yields to the status's own type (413: `request_too_large`)."""
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    if type_ in _KNOWN_TYPES:
+    if type_ in _KNOWN_TYPES and not (type_ == "invalid_request_error" and status in _ERROR_TYPES):
         kind = type_
     return {"type": "error", "error": {"type": kind, "message": message}}
 

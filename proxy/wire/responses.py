@@ -20,7 +20,7 @@ from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
 from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
 from proxy.wire.base import JSON, Outgoing, Round, Unsupported
-from proxy.wire.responses_requests import summary_reply, summary_request, upstream_input
+from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
 from proxy.wire.responses_rounds import merge_responses, round_of, to_round
 from proxy.wire.responses_stream import ResponsesRelay
 
@@ -57,6 +57,24 @@ def input_items(body: JSON) -> list[Any]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     return list(value) if isinstance(value, list) else []
+
+
+def replayable(body: JSON, output: list[Any]) -> list[Any]:
+    """A round's output as the next round's input. With `store: false` the provider keeps
+    nothing, so a reasoning item it sent without `encrypted_content` (the client did not ask
+    for it in `include`) cannot be sent back: it goes, and the ids that would tie the other
+    items to it go too (as a summary request drops them)."""
+    if body.get("store") is not False or not any(_bare_reasoning(x) for x in output):
+        return output
+    return [untied(x) for x in output if not _bare_reasoning(x)]
+
+
+def _bare_reasoning(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and item.get("type") == "reasoning"
+        and not item.get("encrypted_content")
+    )
 
 
 def _client_fields(body: JSON) -> dict[str, Any]:
@@ -118,7 +136,7 @@ class ResponsesWire:
             }
             for r in results
         ]
-        sent["input"] = [*input_items(body), *self.round_output(rnd), *answers]
+        sent["input"] = [*input_items(body), *replayable(body, self.round_output(rnd)), *answers]
         return sent
 
     def reply_round(self, data: Any) -> Round:

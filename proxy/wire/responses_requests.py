@@ -65,7 +65,7 @@ def _edited(message: JSON) -> bool:
         return False
 
 
-def _untied(item: Any) -> Any:
+def untied(item: Any) -> Any:
     """An item without its `id`, which could tie it to a reasoning item left out."""
     if isinstance(item, dict) and "id" in item and item.get("type") not in (None, "item_reference"):
         return {k: v for k, v in item.items() if k != "id"}
@@ -87,7 +87,7 @@ def summary_request(
     items = messages_to_items(messages)
     if not keep_reasoning:
         items = [
-            _untied(i) for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning")
+            untied(i) for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning")
         ]
     body: JSON = {"model": chat_body.get("model"), "input": items, "store": False}
     if instructions:

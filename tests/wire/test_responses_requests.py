@@ -202,3 +202,31 @@ def test_summary_reply(reply: dict[str, Any], content: str, usage: dict[str, Any
     assert completion["object"] == "chat.completion"
     assert completion["choices"][0]["message"] == {"role": "assistant", "content": content}
     assert completion["usage"] == usage
+
+
+@pytest.mark.parametrize("store", [False, None, True])
+def test_a_continuation_never_sends_back_reasoning_it_cannot_look_up(store: bool | None) -> None:
+    """After a hidden extract round the proxy sends the round's output back. With `store:
+    false` and no `include` the reasoning came without `encrypted_content`: the provider
+    could not find it (404), so it is left out, with the ids that point at it."""
+    from proxy.wire.base import Round
+    from proxy.wire.responses import ResponsesWire
+
+    bare = {"type": "reasoning", "id": "rs_9", "summary": []}
+    call = {"type": "function_call", "id": "fc_9", "call_id": "x9", "name": "f", "arguments": "{}"}
+    body: dict[str, Any] = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
+    if store is not None:
+        body["store"] = store
+    rnd = Round(message={}, usage=None, only_extract=True, raw={"output": [bare, call]})
+    answer = {"role": "tool", "tool_call_id": "x9", "content": "42"}
+    sent = ResponsesWire().continue_body(body, rnd, [answer])["input"]
+    if store is False:
+        assert sent[1:] == [
+            {k: v for k, v in call.items() if k != "id"},
+            {"type": "function_call_output", "call_id": "x9", "output": "42"},
+        ]
+    else:  # the provider holds the items: they go back as they came
+        assert sent[1:3] == [bare, call]
+    # Reasoning with its encrypted content always goes back byte for byte.
+    rnd.raw = {"output": [REASONING, call]}
+    assert ResponsesWire().continue_body(body, rnd, [answer])["input"][1:3] == [REASONING, call]
