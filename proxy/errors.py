@@ -15,6 +15,9 @@
 
 Foreign errors (httpx, starlette) are translated at the edge with `raise ... from exc`; any
 other exception becomes a generic 500 whose body never carries a traceback or exception text.
+
+The error types import no HTTP library, so the pure core can raise them too (the stream
+relay raises `UpstreamInvalidResponse`); starlette is imported only to render a response.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+if TYPE_CHECKING:
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
 
 logger = logging.getLogger("proxy.errors")
 
@@ -139,6 +143,8 @@ def error_payload(
 
 def error_response(exc: ProxyError) -> JSONResponse:
     """Render a `ProxyError` as its status, headers and OpenAI-shaped body."""
+    from starlette.responses import JSONResponse
+
     body = error_payload(exc.message, exc.type, exc.code, exc.param)
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
@@ -170,6 +176,8 @@ def from_http_exception(request: Request, exc: HTTPException) -> ProxyError:
 
 def internal_error_response() -> JSONResponse:
     """The generic 500: nothing about the failure leaks to the client."""
+    from starlette.responses import JSONResponse
+
     body = error_payload("The proxy failed to handle the request.", "server_error")
     return JSONResponse(body, status_code=500)
 
@@ -193,6 +201,8 @@ async def handle_proxy_error(request: Request, exc: Exception) -> Response:
 
 
 async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    from starlette.exceptions import HTTPException
+
     assert isinstance(exc, HTTPException)
     return error_response(from_http_exception(request, exc))
 

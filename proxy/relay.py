@@ -14,12 +14,18 @@ from typing import Any
 
 import orjson
 
+from proxy.errors import UpstreamInvalidResponse
 from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
-from proxy.sse import ChunkAccumulator, encode_data
+from proxy.session import token_count
+from proxy.sse import ChunkAccumulator, SSEDecoder, encode_data
+from proxy.upstream_reply import check_chunk, check_completion, completion_as_chunk
 
 
 def usage_sum(usages: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Usage of several upstream rounds as one: token counts added, the rest from the last."""
+    """Usage of several upstream rounds as one: token counts added, the rest from the last.
+
+    A count that is not one (a string, a float) counts as 0 in the sum.
+    """
     usages = [u for u in usages if isinstance(u, dict)]
     if not usages:
         return None
@@ -27,7 +33,7 @@ def usage_sum(usages: list[dict[str, Any]]) -> dict[str, Any] | None:
         return usages[0]
     total = copy.deepcopy(usages[-1])
     for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        total[name] = sum(int(u.get(name) or 0) for u in usages)
+        total[name] = sum(token_count(u.get(name)) or 0 for u in usages)
     return total
 
 
@@ -107,9 +113,14 @@ class StreamRound:
         return slot
 
     def feed(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
-        """The chunk to send the client, or None when nothing of it is for the client."""
+        """The chunk to send the client, or None when nothing of it is for the client.
+
+        Raises UpstreamInvalidResponse for a chunk whose choices, deltas or tool calls have
+        the wrong type; a `usage` that is not an object is ignored.
+        """
+        check_chunk(chunk)
         self.accumulator.add(chunk)
-        if chunk.get("usage"):
+        if chunk.get("usage") and isinstance(chunk["usage"], dict):
             self.usage = chunk["usage"]
         if self.chunk_id is None:
             self.chunk_id = chunk.get("id")
@@ -177,6 +188,49 @@ def relay_event(data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
         return raw
     out = rnd.feed(chunk)
     return encode_data(orjson.dumps(out)) if out is not None else None
+
+
+class RoundReader:
+    """The bytes of one streamed upstream round in, the bytes for the client out.
+
+    An event stream is decoded and each event relayed through the round (`relay_event`). An
+    upstream that answers a stream request with plain JSON (`content-type: application/json`)
+    is read whole: a completion becomes one chunk (its calls filtered like any other), and
+    the caller ends the stream as usual; JSON that is not a completion is an
+    UpstreamInvalidResponse, so the stream ends with an error event.
+    """
+
+    def __init__(self, rnd: StreamRound, content_type: str | None = None) -> None:
+        self.round = rnd
+        self.json = "json" in (content_type or "").lower()
+        self._decoder = SSEDecoder()
+        self._body = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.json:
+            self._body += data
+            return []
+        return [
+            out for e in self._decoder.feed(data) if (out := relay_event(e.data, e.raw, self.round))
+        ]
+
+    def flush(self) -> list[bytes]:
+        if self.json:
+            completion = check_completion(bytes(self._body))
+            if completion is None or "choices" not in completion:
+                raise invalid_stream_body()
+            chunk = self.round.feed(completion_as_chunk(completion))
+            return [encode_data(orjson.dumps(chunk))] if chunk is not None else []
+        return [
+            out for e in self._decoder.flush() if (out := relay_event(e.data, e.raw, self.round))
+        ]
+
+
+def invalid_stream_body() -> UpstreamInvalidResponse:
+    return UpstreamInvalidResponse(
+        "The upstream API answered a stream request with a body that is neither an event "
+        "stream nor a chat completion."
+    )
 
 
 def _chunk(chunk_id: str | None, last: dict[str, Any], **fields: Any) -> bytes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.compact import format_compacted_summary
@@ -235,17 +235,38 @@ def _reconcile(
 
 
 def _hidden_by_anchor(
-    messages: Sequence[Mapping[str, Any]], hidden: list[HiddenExtract], start: int
+    messages: Sequence[Mapping[str, Any]],
+    chain: PrefixChain,
+    hidden: list[HiddenExtract],
+    start: int,
 ) -> dict[int, HiddenExtract]:
+    """The hidden extract calls that belong in these messages, by the message they join.
+
+    An entry goes back only into the history it was recorded in (see `HiddenExtract`): its
+    anchor must be an assistant message with the same visible calls, and the messages up to
+    it must hash as recorded. Entries without a fingerprint are pinned here, once.
+    """
     found: dict[int, HiddenExtract] = {}
     for h in hidden:
         if h.anchor < start or h.anchor >= len(messages):
             continue
         msg = messages[h.anchor]
         own, _ = split_calls(msg.get("tool_calls"))
-        if msg.get("role") == "assistant" and [c.get("id") for c in own] == h.visible_ids:
-            found[h.anchor] = h
+        if msg.get("role") != "assistant" or [c.get("id") for c in own] != h.visible_ids:
+            continue
+        if h.fingerprint is not None:
+            if chain.prefix(h.anchor + 1) == h.fingerprint:
+                found[h.anchor] = h
+        elif h.before is not None and chain.prefix(h.anchor) == h.before:
+            found[h.anchor] = replace(h, fingerprint=chain.prefix(h.anchor + 1))
     return found
+
+
+def seal_hidden(state: SessionState, chain: PrefixChain) -> None:
+    """Record, for hidden calls added this turn, the history before their anchor."""
+    for h in state.hidden:
+        if h.before is None and h.fingerprint is None and 0 <= h.anchor <= len(chain):
+            h.before = chain.prefix(h.anchor)
 
 
 def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
@@ -274,7 +295,7 @@ def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
         state.trail = None
     originals: dict[str, Any] = {keys[i]: messages[i].get("content") for i in keys}
     start = state.cut if state.summary else system_count
-    hidden = _hidden_by_anchor(messages, state.hidden, start)
+    hidden = _hidden_by_anchor(messages, chain, state.hidden, start)
     state.hidden = list(hidden.values())
     for extra in state.hidden:
         for result in extra.results:
@@ -329,20 +350,35 @@ def cover(rb: Rebuild) -> None:
     state.prefix_hash = rb.chain.prefix(len(rb.messages))
     state.prefix_raw = rb.raw_hash
     state.prefix_chars = rb.chars
+    seal_hidden(state, rb.chain)
+
+
+def token_count(value: Any) -> int | None:
+    """A usage number as reported, when it is one: an int >= 0 (not a bool, string or float)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def record_turn(
     rb: Rebuild,
     *,
-    total_tokens: int | None,
-    prompt_tokens: int | None = None,
-    cached_tokens: int | None = None,
+    total_tokens: Any,
+    prompt_tokens: Any = None,
+    cached_tokens: Any = None,
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
 ) -> SessionState:
-    """Note that the upstream answered this request: the prefix covered and the usage."""
+    """Note that the upstream answered this request: the prefix covered and the usage.
+
+    The usage numbers come from the upstream's reply as they were: one that is not a token
+    count (a string, a float, a negative number) is ignored for this turn, never stored.
+    """
     state = rb.state
+    total_tokens = token_count(total_tokens)
+    prompt_tokens = token_count(prompt_tokens)
+    cached_tokens = token_count(cached_tokens)
     cover(rb)
     if keep_view:
         state.set_view(rb.messages, valid=rb.new_from if rb.reset_reason is None else 0)
@@ -395,5 +431,7 @@ __all__ = [
     "rebuild",
     "reclaim_keys",
     "record_turn",
+    "seal_hidden",
+    "token_count",
     "validate",
 ]

@@ -31,13 +31,30 @@ class HiddenExtract:
     """Extract calls the model mixed with the client's own calls in one assistant message.
 
     The client never saw them; they are re-inserted into that message (and their results
-    before the client's results) on every later rebuild.
+    before the client's results) on later rebuilds, but only into the history they were
+    recorded in: `before` is the prefix-chain hash (`proxy.fingerprint.PrefixChain`) of the
+    client messages before the anchor, set when the turn is saved; `fingerprint` the hash up
+    to and including the anchor message, pinned on the first rebuild whose messages match
+    `before` and carry the anchor with the same visible calls. An entry with neither (saved
+    before they existed) is dropped; a call id reused in another history matches neither.
     """
 
     anchor: int
     visible_ids: list[str]
     calls: list[dict[str, Any]]
     results: list[dict[str, Any]]
+    before: str | None = None
+    fingerprint: str | None = None
+
+
+def _count(value: Any) -> bool:
+    """A token count: an int >= 0 (not a bool, a string or a float)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _hidden(data: Mapping[str, Any]) -> HiddenExtract:
+    known = {k: v for k, v in data.items() if k in HiddenExtract.__dataclass_fields__}
+    return HiddenExtract(**known)
 
 
 @dataclass
@@ -100,7 +117,9 @@ class SessionState:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if int(data.get("state_version") or 1) < 2:
             known["chain"] = 1  # saved before the running chain: see PrefixChain.legacy_prefix
-        hidden = [HiddenExtract(**h) for h in known.pop("hidden", []) or []]
+        hidden = [_hidden(h) for h in known.pop("hidden", None) or []]
+        if not _count(known.get("total_tokens")):
+            known["total_tokens"] = None  # a bad usage value stored before it was checked
         text = known.pop("turn_log", None)
         turns = data.get("turns")  # before version 3: a list of records
         log = TurnLog(text) if isinstance(text, str) else TurnLog.of(turns or [])

@@ -19,14 +19,16 @@ it runs and released once its result is saved, so one state is never summarised 
 
 Saves are compare-and-set. On a `VersionConflict` the writer re-reads the stored state and
 writes the merge of both (`proxy.merge`: the further compaction and the longer prefix win, a
-summary is never dropped), retrying a bounded number of times. A state over the store's size
-cap is saved without its inspection view (then with a shorter turn log) rather than not at all.
+summary is never dropped, both turn logs are kept), retrying until it gets through: every
+lost round means another writer's save went through, so a burst of N concurrent writers is
+saved within N rounds (bounded by `SAVE_ATTEMPTS` and `SAVE_DEADLINE_S`). A state over the
+store's size cap is saved without its inspection view (then with a shorter turn log) rather
+than not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import random
 import re
@@ -37,8 +39,16 @@ from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.economics import Economics
+from proxy.identity import tenant_of as tenant_of  # re-exported: callers import it here
 from proxy.merge import merge_states
-from proxy.session import Rebuild, UnrecognisedHistory, apply_compaction, cover, rebuild
+from proxy.session import (
+    Rebuild,
+    UnrecognisedHistory,
+    apply_compaction,
+    cover,
+    rebuild,
+    seal_hidden,
+)
 from proxy.session_state import SessionState
 from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 from proxy.summarizer import PostFn, Summarizer
@@ -53,15 +63,13 @@ _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 # the lease of a process that died is free again soon, and is seen running down before that.
 LEASE_TTL_S = 4.0
 LEASE_WAIT_S = 60.0  # how long a request waits for another one's compaction
-SAVE_ATTEMPTS = 10  # compare-and-set rounds before a turn gives up saving
+# Compare-and-set rounds before a turn gives up saving. A lost round means another writer's
+# save went through, so N writers at once all get through within N rounds; the bound and the
+# deadline only stop a writer that something keeps overtaking (each round backs off a little).
+SAVE_ATTEMPTS = 500
+SAVE_DEADLINE_S = 15.0
+SAVE_BACKOFF_MAX_S = 0.05
 TURNS_KEPT_WHEN_TOO_LARGE = 20
-
-
-def tenant_of(authorization: str | None) -> str:
-    """A short, stable, non-reversible tag of the client's credentials."""
-    if not authorization:
-        return "anonymous"
-    return hashlib.sha256(authorization.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def learned_window(error_body: Any) -> int | None:
@@ -359,7 +367,11 @@ class Turn:
         if self.rb is None or self.degraded:
             return
         rb = self.rb
+        seal_hidden(rb.state, rb.chain)
+        deadline = monotonic() + SAVE_DEADLINE_S
         for attempt in range(SAVE_ATTEMPTS):
+            if attempt and monotonic() > deadline:
+                break
             data = rb.state.to_bytes()
             if data == self.saved:
                 return  # already stored by this turn
@@ -376,13 +388,13 @@ class Turn:
                 log.info("session state over the store's size cap, saving it smaller")
             except VersionConflict:
                 if attempt:  # writers still colliding: spread them out, then read
-                    await asyncio.sleep(random.uniform(0, 0.005 * attempt))
+                    await asyncio.sleep(random.uniform(0, min(0.005 * attempt, SAVE_BACKOFF_MAX_S)))
                 if not await self._merge_latest():
                     return
             except StoreError as exc:
                 self._store_failed("write", exc)
                 return
-        log.warning("state not saved after %d conflicting writes", SAVE_ATTEMPTS)
+        log.warning("state not saved: other writers kept overtaking it")
 
     async def _merge_latest(self) -> bool:
         """After a lost compare-and-set: merge with the stored state; True to write again."""

@@ -164,11 +164,11 @@ async def session_detail(request: Request) -> Response:
     authorize(request)
     query = query_model(request, DetailQuery)
     stored, state = await load_session(request)
-    rb = rebuild_view(state)
-    kept = state.to_dict()
+    kept = state.to_dict()  # as stored: read before the rebuild below re-checks hidden calls
     for bulky in ("view", "turn_log", "hidden", "summary", "trail", "last_compaction"):
         kept.pop(bulky, None)
     kept["hidden"] = len(state.hidden)
+    rb = rebuild_view(state)
     body = {
         "id": stored.key.id,
         "object": "session",

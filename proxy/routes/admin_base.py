@@ -204,14 +204,22 @@ async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
 
 
 def rebuild_view(state: SessionState) -> Rebuild | None:
-    """The conversation as the upstream sees it now, or None when it was not kept."""
+    """The conversation as the upstream sees it now, or None when it was not kept.
+
+    Hidden extract calls of the last reply join a message the client has not sent back yet,
+    so the view (the client's last messages) ends before them: they stay in the state, so a
+    manual compaction saved from this view keeps them.
+    """
     messages = state.view_messages()
     if messages is None:
         return None
+    pending = [h for h in state.hidden if h.anchor >= len(messages)]
     try:
-        return rebuild(messages, state)
+        rb = rebuild(messages, state)
     except UnrecognisedHistory:
         return None
+    rb.state.hidden.extend(h for h in pending if h not in rb.state.hidden)
+    return rb
 
 
 def require_view(rb: Rebuild | None) -> Rebuild:

@@ -134,9 +134,17 @@ _INFO_FIELDS = ("meta", "version", "updated_at", "tenant", "session")
 _SWEEP_BATCH = 500
 
 
+def _key_char(char: str) -> str:
+    # Printable non-ASCII text stays as it is (UTF-8 in the key, readable in redis-cli --raw);
+    # ASCII punctuation, spaces and control characters are percent-encoded as before.
+    if not char.isascii() and char.isprintable() and not 0xD800 <= ord(char) <= 0xDFFF:
+        return char
+    return quote(char, safe="", errors="surrogatepass")
+
+
 def key_part(value: str) -> str:
     """A key segment for a tenant or session: readable when short, never containing ':'."""
-    quoted = quote(value, safe="")
+    quoted = "".join(map(_key_char, value)) if not value.isascii() else quote(value, safe="")
     if len(quoted) <= 128:
         return quoted
     digest = hashlib.sha256(value.encode()).digest()

@@ -1,0 +1,65 @@
+"""Who a request belongs to: its tenant (from the credential) and its session id (a header).
+
+The tenant is a short hash of the credential the upstream will check, read from the first of
+`CREDENTIAL_HEADERS` that is present and not empty: `Authorization` (OpenAI), `x-api-key`
+(Anthropic), `api-key` (Azure OpenAI). Two keys never share a tenant, whichever header
+carries them, and a request with no credential at all is the tenant `anonymous`, which no
+credential hashes to (a hash is 16 hex digits). `Authorization` is hashed as it always was,
+so sessions stored before the other headers counted keep their tenant; the others are hashed
+with their header name in front, after a newline no header value can hold, so a value under
+one header never lands in the tenant of the same value under another.
+
+HTTP header values arrive as latin-1 text (one character a byte). A session id a client sent
+in UTF-8 is decoded as UTF-8 when its bytes are valid UTF-8, so it reads as sent in the admin
+API, the logs and the store's keys. Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
+ANONYMOUS = "anonymous"
+
+
+def _tag(data: str) -> str:
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def tenant_of(credentials: Mapping[str, str] | str | None) -> str:
+    """A short, stable, non-reversible tag of the request's credential.
+
+    `credentials` is the request's headers (any case-insensitive mapping, or a plain dict
+    with lower-case names), or, as before headers other than `Authorization` counted, the
+    `Authorization` value alone.
+    """
+    if credentials is None or isinstance(credentials, str):
+        return _tag(credentials) if credentials else ANONYMOUS
+    for name in CREDENTIAL_HEADERS:
+        value = credentials.get(name)
+        if value:
+            return _tag(value) if name == "authorization" else _tag(f"{name}\n{value}")
+    return ANONYMOUS
+
+
+def header_text(value: str) -> str:
+    """A header value as the client wrote it: UTF-8 when its bytes are valid UTF-8."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value  # not latin-1 text (already decoded) or not UTF-8: keep it as it came
+
+
+def session_id_of(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
+    """The session id: the first of the session headers present and not empty, as text."""
+    for name in names:
+        value = headers.get(name)
+        if value:
+            return header_text(value)
+    return None
+
+
+__all__ = ["ANONYMOUS", "CREDENTIAL_HEADERS", "header_text", "session_id_of", "tenant_of"]

@@ -1,0 +1,82 @@
+"""What orjson cannot carry through the compacting path, found before the path is taken.
+
+The compacting path parses a request body with orjson and writes a new one. Two kinds of
+valid JSON do not survive that round trip:
+
+- nesting deeper than orjson writes: it reads up to 1024 levels but refuses to write more
+  than 254 (`JSONEncodeError`), so the rebuilt body could not be sent at all;
+- integers outside orjson's range, -2**63 .. 2**64-1: they are read as floats, so
+  `123456789012345678901` would reach the upstream as `1.2345678901234568e+20`.
+
+`compaction_blocker` names the first problem of a parsed body, or None; such a body goes
+upstream as the client sent it (the pass-through), uncompacted. Both checks cost little on
+ordinary bodies: one `orjson.dumps` (15 microseconds for 50 KB) and a search of its output
+for floats of 9.2e18 or more; only a body that shows one is parsed again, with the standard
+library, to look at its integer literals. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+ORJSON_INT_MIN = -(2**63)
+ORJSON_INT_MAX = 2**64 - 1
+# orjson writes a float of 1e16 or more as `<digits>e+<exponent>`; one read from an integer
+# literal outside its range is at least 9.2e18, so it is written with an exponent of 18 or more.
+_WIDE_FLOAT = re.compile(rb"e\+(?:1[89]|[2-9][0-9]|[1-9][0-9][0-9])")
+_DIGITS = frozenset(b"0123456789")
+
+
+class _Wide(Exception):
+    """An integer literal orjson would have turned into a float."""
+
+
+def _int_in_range(text: str) -> int:
+    value = int(text)
+    if not ORJSON_INT_MIN <= value <= ORJSON_INT_MAX:
+        raise _Wide
+    return value
+
+
+def _may_hold_wide_float(written: bytes) -> bool:
+    """Whether orjson's output holds something written like a float of 9.2e18 or more."""
+    return any(
+        m.start() and written[m.start() - 1] in _DIGITS for m in _WIDE_FLOAT.finditer(written)
+    )
+
+
+def has_wide_int(raw: bytes, written: bytes) -> bool:
+    """Whether the JSON text `raw` holds an integer literal outside orjson's range.
+
+    `written` is what orjson writes for the value it read from `raw`: only when that shows a
+    large float (or text that looks like one) is `raw` parsed again, with the standard
+    library, to look at its integer literals.
+    """
+    if not _may_hold_wide_float(written):
+        return False
+    try:
+        json.loads(raw, parse_int=_int_in_range)
+    except _Wide:
+        return True
+    except ValueError:  # not JSON (or not UTF-8): orjson has answered for it already
+        return False
+    return False
+
+
+def compaction_blocker(raw: bytes, body: Any) -> str | None:
+    """Why this body (`raw`, parsed by orjson as `body`) must not take the compacting path:
+    "too_deep" or "wide_int"; None when it may."""
+    try:
+        written = orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return "too_deep"
+    if has_wide_int(raw, written):
+        return "wide_int"
+    return None
+
+
+__all__ = ["ORJSON_INT_MAX", "ORJSON_INT_MIN", "compaction_blocker", "has_wide_int"]
