@@ -105,13 +105,38 @@ class CacheAwareCompactor(CompactorAbstract):
 
     async def auto_compact(self, agent: CompactionAgent) -> CompactionReport:
         conv = agent.conversation
-        threshold = agent.token_threshold
-        conv.trail_budget = default_budget(threshold)
+        conv.trail_budget = default_budget(agent.token_threshold)
         total = conv.total_tokens
         report = CompactionReport("none", tokens_before=total, estimated_tokens_after=total)
-        if total is None or total <= threshold:
-            return report
         econ: Economics = getattr(agent, "economics", None) or Economics()
+        chosen, sizes, econ.accrued = self._choose(agent, econ)
+        if chosen is None or sizes is None:
+            return report
+        return await self._apply(chosen, agent, report, sizes)
+
+    def would_compact(self, agent: CompactionAgent) -> bool:
+        """Whether `auto_compact` would compact now, without compacting (no summary call).
+
+        When it would wait, the agent's economics records the savings forgone this turn, as
+        `auto_compact` would have. The proxy asks this before it takes the session's lease,
+        so a session that waits never serialises its requests.
+        """
+        econ: Economics = getattr(agent, "economics", None) or Economics()
+        chosen, _, accrued = self._choose(agent, econ)
+        if chosen is None:
+            econ.accrued = accrued
+        return chosen is not None
+
+    def _choose(
+        self, agent: CompactionAgent, econ: Economics
+    ) -> tuple[Plan | None, _Sizes | None, float]:
+        """The plan to apply now (None: none yet), the sizes it was planned on, and the
+        savings forgone by waiting after this turn."""
+        conv = agent.conversation
+        threshold = agent.token_threshold
+        total = conv.total_tokens
+        if total is None or total <= threshold:
+            return None, None, econ.accrued
         sizes = _Sizes(conv, total)
         forced = total >= econ.ceiling()
         reclaim = self._reclaim_plan(sizes, threshold, econ)
@@ -122,20 +147,17 @@ class CacheAwareCompactor(CompactorAbstract):
                 plans.append(summary)
         useful = [p for p in plans if p.removed > 0]
         if not useful:
-            return report
+            return None, sizes, econ.accrued
         if forced:
-            chosen = min(useful, key=lambda p: p.after)
-        else:
-            # The plan that would pay back the most over the coming turns (the session's age
-            # is the best guess of its future), then wait until it has earned its price.
-            horizon = max(self.min_horizon, float(econ.turns))
-            chosen = max(useful, key=lambda p: p.net(econ, horizon))
-            earned = econ.accrued + econ.saving_per_turn(chosen.removed)
-            if earned < self.patience * chosen.cost(econ):
-                econ.accrued = earned  # not worth it yet: the cache is cheaper than a rewrite
-                return report
-        econ.accrued = 0.0
-        return await self._apply(chosen, agent, report, sizes)
+            return min(useful, key=lambda p: p.after), sizes, 0.0
+        # The plan that would pay back the most over the coming turns (the session's age is
+        # the best guess of its future), then wait until it has earned its price.
+        horizon = max(self.min_horizon, float(econ.turns))
+        chosen = max(useful, key=lambda p: p.net(econ, horizon))
+        earned = econ.accrued + econ.saving_per_turn(chosen.removed)
+        if earned < self.patience * chosen.cost(econ):
+            return None, sizes, earned  # not worth it yet: the cache is cheaper than a rewrite
+        return chosen, sizes, 0.0
 
     def _tool_indices(self, conv: Conversation) -> list[int]:
         return [

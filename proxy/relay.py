@@ -9,6 +9,7 @@ in extract calls only, so the proxy must answer them and ask upstream again. Pur
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,24 +207,31 @@ class RoundReader:
         self._decoder = SSEDecoder()
         self._body = bytearray()
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """What to send the client for these bytes, event by event (a generator, so what came
+        before a chunk of the wrong shape is sent before the error it raises)."""
         if self.json:
             self._body += data
-            return []
-        return [
-            out for e in self._decoder.feed(data) if (out := relay_event(e.data, e.raw, self.round))
-        ]
+            return
+        for event in self._decoder.feed(data):
+            out = relay_event(event.data, event.raw, self.round)
+            if out:
+                yield out
 
-    def flush(self) -> list[bytes]:
+    def flush(self) -> Iterator[bytes]:
+        """What to send once the round's body is over."""
         if self.json:
             completion = check_completion(bytes(self._body))
             if completion is None or "choices" not in completion:
                 raise invalid_stream_body()
             chunk = self.round.feed(completion_as_chunk(completion))
-            return [encode_data(orjson.dumps(chunk))] if chunk is not None else []
-        return [
-            out for e in self._decoder.flush() if (out := relay_event(e.data, e.raw, self.round))
-        ]
+            if chunk is not None:
+                yield encode_data(orjson.dumps(chunk))
+            return
+        for event in self._decoder.flush():
+            out = relay_event(event.data, event.raw, self.round)
+            if out:
+                yield out
 
 
 def invalid_stream_body() -> UpstreamInvalidResponse:

@@ -15,7 +15,10 @@ it runs and released once its result is saved, so one state is never summarised 
 - a request that gets the lease after waiting, and finds the state unchanged, leaves it when
   the holder released it (it tried that state and failed or found nothing to do), and
   compacts when the lease had run down unrenewed first (its holder died);
-- a request that cannot get the lease in time goes upstream without compacting.
+- a request that cannot get the lease in time goes upstream without compacting;
+- a request whose compactor says it would not compact now (`would_compact`: the cost-aware
+  strategy waiting for a compaction to pay for itself) takes no lease at all, so a session
+  over the threshold that is not compacted never queues its requests.
 
 Saves are compare-and-set. On a `VersionConflict` the writer re-reads the stored state and
 writes the merge of both (`proxy.merge`: the further compaction and the longer prefix win, a
@@ -252,6 +255,8 @@ class Turn:
         """
         if self.rb is None or self._over(threshold, force_tokens) is None:
             return
+        if not self._would_compact(compactor, threshold, force_tokens, summary_model, economics):
+            return  # nothing to do: no lease, so the session's requests never queue for it
         token = await self._take_lease(threshold, force_tokens)
         if token is None:
             return
@@ -270,6 +275,45 @@ class Turn:
                 await self.save()  # before the lease goes: the next holder must see it
         finally:
             await self._release(token)
+
+    def _would_compact(
+        self,
+        compactor: CompactorAbstract,
+        threshold: int,
+        force_tokens: int | None,
+        summary_model: str | None,
+        economics: Callable[[], Economics | None] | None,
+    ) -> bool:
+        """Ask a compactor that can tell (`would_compact`) whether it would act on the state
+        as loaded; when it would wait, keep what it noted (the savings forgone) as `_run`
+        would. Compactors that cannot tell are always run, under the lease.
+        """
+        would_compact = getattr(compactor, "would_compact", None)
+        if would_compact is None:
+            return True
+        assert self.rb is not None
+        rb = self.rb
+        conv = rb.conversation
+        before = conv.total_tokens
+        conv.total_tokens = self._over(threshold, force_tokens)
+        shared = getattr(compactor, "summary_shares_prefix", False) and not summary_model
+        econ = economics() if economics is not None else None
+        agent = CompactionContext(
+            conversation=conv,
+            summarize=_NoSummary(shares_prefix=shared),
+            token_threshold=threshold,
+            economics=econ,
+        )
+        try:
+            acts = bool(would_compact(agent))
+        except Exception:  # let the compaction itself run (and fail) under the lease
+            log.exception("asking the compactor failed")
+            return True
+        finally:
+            conv.total_tokens = before
+        if not acts and econ is not None:
+            rb.state.accrued = econ.accrued
+        return acts
 
     async def _run(
         self,
@@ -422,6 +466,16 @@ class Turn:
             # Later saves of this turn build on the merge, so nothing of theirs is undone.
             self.rb.state = merged
         return True
+
+
+@dataclass(frozen=True)
+class _NoSummary:
+    """The summariser while a compactor is only asked whether it would compact."""
+
+    shares_prefix: bool = False
+
+    async def __call__(self, messages: list[dict[str, Any]]) -> str | None:
+        return None
 
 
 def _shrink(state: SessionState) -> bool:
