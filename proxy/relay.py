@@ -9,7 +9,6 @@ in extract calls only, so the proxy must answer them and ask upstream again. Pur
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +17,7 @@ import orjson
 from proxy.errors import UpstreamInvalidResponse
 from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
 from proxy.session import token_count
-from proxy.sse import ChunkAccumulator, SSEDecoder, encode_data
+from proxy.sse import ChunkAccumulator, encode_data
 from proxy.upstream_reply import check_chunk, check_completion, completion_as_chunk
 
 
@@ -191,54 +190,19 @@ def relay_event(data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
     return encode_data(orjson.dumps(out)) if out is not None else None
 
 
-class RoundReader:
-    """The bytes of one streamed upstream round in, the bytes for the client out.
-
-    An event stream is decoded and each event relayed through the round (`relay_event`). An
-    upstream that answers a stream request with plain JSON (`content-type: application/json`)
-    is read whole: a completion becomes one chunk (its calls filtered like any other), and
-    the caller ends the stream as usual; JSON that is not a completion is an
-    UpstreamInvalidResponse, so the stream ends with an error event.
-    """
-
-    def __init__(self, rnd: StreamRound, content_type: str | None = None) -> None:
-        self.round = rnd
-        self.json = "json" in (content_type or "").lower()
-        self._decoder = SSEDecoder()
-        self._body = bytearray()
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        """What to send the client for these bytes, event by event (a generator, so what came
-        before a chunk of the wrong shape is sent before the error it raises)."""
-        if self.json:
-            self._body += data
-            return
-        for event in self._decoder.feed(data):
-            out = relay_event(event.data, event.raw, self.round)
-            if out:
-                yield out
-
-    def flush(self) -> Iterator[bytes]:
-        """What to send once the round's body is over."""
-        if self.json:
-            completion = check_completion(bytes(self._body))
-            if completion is None or "choices" not in completion:
-                raise invalid_stream_body()
-            chunk = self.round.feed(completion_as_chunk(completion))
-            if chunk is not None:
-                yield encode_data(orjson.dumps(chunk))
-            return
-        for event in self._decoder.flush():
-            out = relay_event(event.data, event.raw, self.round)
-            if out:
-                yield out
-
-
-def invalid_stream_body() -> UpstreamInvalidResponse:
-    return UpstreamInvalidResponse(
-        "The upstream API answered a stream request with a body that is neither an event "
-        "stream nor a chat completion."
-    )
+def relay_completion(raw: bytes, rnd: StreamRound) -> list[bytes]:
+    """The events for a whole `chat.completion` the upstream sent as the answer to a stream
+    request (`content-type: application/json`): one chunk, its calls filtered like any
+    other; the caller ends the stream as usual. A body that is not a completion raises
+    UpstreamInvalidResponse, so the stream ends with an error event instead."""
+    completion = check_completion(raw)
+    if completion is None or "choices" not in completion:
+        raise UpstreamInvalidResponse(
+            "The upstream API answered a stream request with a body that is neither an event "
+            "stream nor a chat completion."
+        )
+    chunk = rnd.feed(completion_as_chunk(completion))
+    return [encode_data(orjson.dumps(chunk))] if chunk is not None else []
 
 
 def _chunk(chunk_id: str | None, last: dict[str, Any], **fields: Any) -> bytes:

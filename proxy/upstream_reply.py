@@ -73,6 +73,15 @@ def invalid(problem: str) -> UpstreamInvalidResponse:
     )
 
 
+def checked_completion(data: Any) -> dict[str, Any]:
+    """A parsed 200 reply, when it has a completion's shape; else UpstreamInvalidResponse."""
+    problem = completion_problem(data)
+    if problem is not None:
+        raise invalid(problem)
+    assert isinstance(data, dict)
+    return data
+
+
 def check_completion(raw: bytes) -> dict[str, Any] | None:
     """The completion in a 200 reply; None when the body is not JSON at all (the caller
     relays it as it came). Raises UpstreamInvalidResponse for JSON of the wrong shape."""
@@ -80,11 +89,7 @@ def check_completion(raw: bytes) -> dict[str, Any] | None:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    problem = completion_problem(data)
-    if problem is not None:
-        raise invalid(problem)
-    assert isinstance(data, dict)
-    return data
+    return checked_completion(data)
 
 
 def check_chunk(chunk: dict[str, Any]) -> None:
@@ -126,6 +131,7 @@ def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
 __all__ = [
     "check_chunk",
     "check_completion",
+    "checked_completion",
     "chunk_problem",
     "completion_as_chunk",
     "completion_problem",
