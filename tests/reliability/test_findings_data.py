@@ -352,6 +352,27 @@ def test_a_bad_usage_value_is_ignored_for_its_turn(
     assert [t["prompt_tokens"] for t in state.turns] == [None, 5]
 
 
+@pytest.mark.parametrize("bad", ["12", True, -5, 1.5, [3], {"n": 1}])
+def test_record_turn_never_stores_a_usage_value_that_is_not_a_count(bad: Any) -> None:
+    """The reproduction at the level of the session state: `"12"` was stored as the session's
+    size, and the next request's projection (`"12" + int`) raised."""
+    messages = [{"role": "user", "content": "one"}]
+    state = record_turn(
+        rebuild(messages, None), total_tokens=bad, prompt_tokens=bad, cached_tokens=bad
+    )
+    assert state.total_tokens is None
+    assert state.turns[-1] | {"at": 0} == {
+        "at": 0,
+        "messages": 1,
+        "total_tokens": None,
+        "prompt_tokens": None,
+        "cached_tokens": None,
+        "compaction": "none",
+    }
+    follow = [*messages, {"role": "assistant", "content": "a"}, {"role": "user", "content": "2"}]
+    assert rebuild(follow, SessionState.from_bytes(state.to_bytes())).projected_tokens() > 0
+
+
 def test_a_bad_total_stored_before_the_check_is_dropped_on_load() -> None:
     state = SessionState(total_tokens=12).to_dict()
     state["total_tokens"] = "12"
