@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from proxy.compact import placeholder_for
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
+from proxy.fingerprint import PrefixChain
 from proxy.session import UnrecognisedHistory, rebuild, validate
 from proxy.session_state import HiddenExtract, SessionState
 from proxy.wire import responses_items, responses_requests, responses_rounds, responses_stream
@@ -496,7 +497,9 @@ def test_rebuild_reclaims_old_outputs_and_reinserts_hidden_calls() -> None:
     messages = items_to_messages(items)
     extract = tc("x1", EXTRACT_TOOL_NAME, '{"toolcall_id":"c1"}')
     answer = {"role": "tool", "tool_call_id": "x1", "content": "x" * 500}
-    hidden = HiddenExtract(anchor=4, visible_ids=["c2"], calls=[extract], results=[answer])
+    # Recorded against this very history: the messages before its anchor hash as they did.
+    before = PrefixChain(messages).prefix(4)
+    hidden = HiddenExtract(4, ["c2"], [extract], [answer], before=before)
     state = SessionState(reclaimed=["c1"], hidden=[hidden])
     upstream = rebuild(messages, state).upstream_messages()
     assert messages_to_items(upstream) == [
