@@ -19,7 +19,7 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
 from proxy.extract_tool import content_text, split_calls
 from proxy.fingerprint import PrefixChain, raw_digests
-from proxy.session_state import CHAIN_SCHEME, HiddenExtract, SessionState
+from proxy.session_state import CHAIN_SCHEME, UNSEALED, HiddenExtract, SessionState
 from proxy.wire.base import Outgoing
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -257,16 +257,21 @@ def _hidden_by_anchor(
         if h.fingerprint is not None:
             if chain.prefix(h.anchor + 1) == h.fingerprint:
                 found[h.anchor] = h
-        elif h.before is not None and chain.prefix(h.anchor) == h.before:
+        elif h.before and chain.prefix(h.anchor) == h.before:
             found[h.anchor] = replace(h, fingerprint=chain.prefix(h.anchor + 1))
     return found
 
 
 def seal_hidden(state: SessionState, chain: PrefixChain) -> None:
-    """Record, for hidden calls added this turn, the history before their anchor."""
+    """Record, for hidden calls added this turn, the history before their anchor.
+
+    Only calls `add_hidden` marked `UNSEALED` are sealed: an entry without a record (saved
+    by an older version, or merged in from another writer) must not be vouched for by this
+    request's history.
+    """
     for h in state.hidden:
-        if h.before is None and h.fingerprint is None and 0 <= h.anchor <= len(chain):
-            h.before = chain.prefix(h.anchor)
+        if h.before == UNSEALED and h.fingerprint is None:
+            h.before = chain.prefix(h.anchor) if 0 <= h.anchor <= len(chain) else None
 
 
 def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
@@ -412,6 +417,7 @@ def add_hidden(
             visible_ids=[str(c.get("id")) for c in own_calls],
             calls=extract_calls,
             results=results,
+            before=UNSEALED,  # sealed when the turn is saved (seal_hidden)
         )
     )
 

@@ -26,6 +26,9 @@ MAX_VIEW_BYTES = 3 * 2**20  # base64 of the compressed chunks; a longer history 
 MAX_VIEW_CHUNKS = 64  # then the view is recompressed whole, once
 
 
+UNSEALED = ""  # HiddenExtract.before of calls hidden by the turn in progress (see seal_hidden)
+
+
 @dataclass
 class HiddenExtract:
     """Extract calls the model mixed with the client's own calls in one assistant message.
@@ -33,10 +36,11 @@ class HiddenExtract:
     The client never saw them; they are re-inserted into that message (and their results
     before the client's results) on later rebuilds, but only into the history they were
     recorded in: `before` is the prefix-chain hash (`proxy.fingerprint.PrefixChain`) of the
-    client messages before the anchor, set when the turn is saved; `fingerprint` the hash up
-    to and including the anchor message, pinned on the first rebuild whose messages match
-    `before` and carry the anchor with the same visible calls. An entry with neither (saved
-    before they existed) is dropped; a call id reused in another history matches neither.
+    client messages before the anchor, set when the turn that hid them is saved (until then
+    it is `UNSEALED`); `fingerprint` the hash up to and including the anchor message, pinned
+    on the first rebuild whose messages match `before` and carry the anchor with the same
+    visible calls. An entry with neither (saved before they existed) is dropped; a call id
+    reused in another history matches neither.
     """
 
     anchor: int
@@ -177,6 +181,7 @@ __all__ = [
     "MAX_VIEW_BYTES",
     "MAX_VIEW_CHUNKS",
     "STATE_VERSION",
+    "UNSEALED",
     "HiddenExtract",
     "SessionState",
 ]

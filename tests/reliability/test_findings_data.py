@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from proxy.cache_compact import CacheAwareCompactor
 from proxy.session import add_hidden, rebuild, record_turn
-from proxy.session_state import SessionState
+from proxy.session_state import HiddenExtract, SessionState
 from proxy.store import SessionKey
 from proxy.store.memory import MemoryStore
 from proxy.turn import tenant_of
@@ -202,6 +202,16 @@ def test_hidden_calls_saved_before_fingerprints_are_dropped() -> None:
     old = SessionState.from_dict(state)
     sent = rebuild(_with_reply(_history("client A")), old).upstream_messages()
     assert SECRET_RESULT not in sent
+
+
+def test_a_hidden_call_without_a_record_is_not_vouched_for_by_the_request_that_saves_it() -> None:
+    """An entry with no record of its history (an older version's, merged in from another
+    writer) that sits where this request's messages end is not sealed with this history."""
+    history = _history("client B")
+    rb = rebuild(history, None)
+    rb.state.hidden.append(HiddenExtract(len(history), ["own1"], [EXTRACT], [SECRET_RESULT]))
+    state = SessionState.from_bytes(record_turn(rb, total_tokens=100).to_bytes())
+    assert SECRET_RESULT not in rebuild(_with_reply(history), state).upstream_messages()
 
 
 # -- 4. deep nesting on the compacting path -----------------------------------------------
