@@ -62,7 +62,7 @@ class Pipeline:
         self.stream = bool(body.get("stream"))
         self.headers = self.upstream.forward_headers(request.headers)
         self.headers["content-type"] = "application/json"
-        key = SessionKey(tenant=tenant_of(request.headers.get("authorization")), session=session_id)
+        key = SessionKey(tenant=tenant_of(request.headers), session=session_id)
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire)
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
         self.upstream_ms = 0.0
@@ -369,6 +369,16 @@ class Pipeline:
             await resp.aclose()
 
     async def relay_round(self, resp: UpstreamResponse, relay: StreamRelay) -> AsyncIterator[bytes]:
+        if "json" in (resp.headers.get("content-type") or "").lower():
+            # The upstream answered the stream request with plain JSON: relay it whole (as one
+            # chunk), or end the stream with an error event for a wire that cannot.
+            whole = getattr(relay, "whole", None)
+            raw = await read_response(resp)
+            if whole is None:
+                raise UpstreamInvalidResponse("The upstream API did not answer with a stream.")
+            for out in whole(raw):
+                yield out
+            return
         decoder = SSEDecoder()
         timing: dict[str, Any] = {}
         try:

@@ -12,7 +12,9 @@ import logging
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy import identity
 from proxy.errors import InvalidRequest, ProxyError
+from proxy.json_limits import compaction_blocker
 from proxy.pipeline import Pipeline
 from proxy.routes.disconnect import unless_client_leaves
 from proxy.routes.forward import forward, read_body
@@ -26,11 +28,7 @@ MAX_SESSION_ID_CHARS = 16384
 
 
 def session_id_of(request: Request, names: list[str]) -> str | None:
-    for name in names:
-        value = request.headers.get(name)
-        if value:
-            return value
-    return None
+    return identity.session_id_of(request.headers, names)  # UTF-8 when the bytes are UTF-8
 
 
 async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) -> Response:
@@ -56,6 +54,9 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
     body = wire.parse(raw)
+    if compaction_blocker(raw, body):  # JSON orjson cannot write back exactly: send it as is
+        passed = forward(request, body=raw, upstream=upstream)
+        return await unless_client_leaves(request.receive, passed)
     handler = Pipeline(request, body, session_id, wire, upstream)
     try:
         handler.turn.messages = wire.messages(body)

@@ -18,12 +18,14 @@ from proxy.relay import (
     StreamRound,
     error_event,
     finish_chunk,
+    relay_completion,
     relay_event,
     usage_chunk,
     usage_sum,
     visible_message,
 )
 from proxy.sse import DONE
+from proxy.upstream_reply import checked_completion
 from proxy.wire.base import JSON, Outgoing, Round, Usage
 
 _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
@@ -80,6 +82,10 @@ class ChatRelay:
     def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
         out = relay_event(data, raw, self.rnd)
         return [out] if out else []
+
+    def whole(self, raw: bytes) -> list[bytes]:
+        """A whole completion sent as the answer to a stream request: one chunk."""
+        return relay_completion(raw, self.rnd)
 
     def end_round(self) -> Round:
         rnd = self.rnd
@@ -152,8 +158,7 @@ class ChatWire:
         return out
 
     def reply_round(self, data: Any) -> Round:
-        if not isinstance(data, dict):
-            raise UpstreamInvalidResponse()
+        data = checked_completion(data)  # UpstreamInvalidResponse for wrong-typed parts
         choices = data.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else {}
         if not isinstance(choice, dict):

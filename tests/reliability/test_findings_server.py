@@ -89,21 +89,27 @@ def request_bytes(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
-def trickle_until_answered(port: int, head: bytes, *, gap: float, limit: float) -> RawResponse:
+def trickle_until_answered(
+    port: int, head: bytes, *, gap: float, limit: float, stop_after: float | None = None
+) -> RawResponse:
     """Send `head` (a request whose body is declared, not sent), then one body byte every
-    `gap` seconds until the proxy answers (or `limit` seconds pass)."""
+    `gap` seconds until the proxy answers (or `limit` seconds pass). After `stop_after`
+    seconds no more bytes are sent: a byte that lands once the proxy has answered and closed
+    draws a reset, which can discard the answer before it is read."""
     with socket.create_connection(("127.0.0.1", port), timeout=gap) as sock:
         sock.sendall(head)
         received = b""
-        deadline = time.monotonic() + limit
+        started = time.monotonic()
+        deadline = started + limit
         while time.monotonic() < deadline:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError:
-                try:
-                    sock.sendall(b" ")
-                except OSError:
-                    pass  # the proxy closed its side: what it sent is still to be read
+                if stop_after is None or time.monotonic() - started < stop_after:
+                    try:
+                        sock.sendall(b" ")
+                    except OSError:
+                        pass  # the proxy closed its side: what it sent is still to be read
                 continue
             if not chunk:
                 return parse_response(received)
@@ -244,7 +250,7 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(
     target, headers = TRICKLED_ROUTES[route]
     started = time.monotonic()
     answer = trickle_until_answered(
-        proxy.port, trickled_head(target, 4096, headers), gap=0.25, limit=6
+        proxy.port, trickled_head(target, 4096, headers), gap=0.25, limit=6, stop_after=0.6
     )
     waited = time.monotonic() - started
     assert answer.status == 408, answer
