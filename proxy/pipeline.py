@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
+from proxy.escalation import calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import answer, split_calls
 from proxy.session import add_hidden, record_turn
 from proxy.sse import SSEDecoder
@@ -67,6 +68,15 @@ class Pipeline:
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
         self.upstream_ms = 0.0
         self.extract_calls = 0
+        # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
+        self.continuations: list[tuple[Round, list[JSON]]] = []
+        # Escalation after context-length refusals: the steps, and the next one to take.
+        settings = self.settings
+        self.ladder = ladder(
+            settings.toolcall_keep_max, settings.summary_keep_max, settings.max_retries
+        )
+        self.rung = 0
+        self.first_prompt: int | None = None  # the first round's billed prompt
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -106,13 +116,19 @@ class Pipeline:
         raise UpstreamError(f"summary request failed with status {status}")
 
     async def prepare(
-        self, *, force_tokens: int | None = None, threshold: int | None = None
+        self,
+        *,
+        force_tokens: int | None = None,
+        threshold: int | None = None,
+        step: CompactorAbstract | None = None,
     ) -> None:
+        """Load and compact as the strategy decides; with `step`, run that escalation step
+        (`proxy.escalation`) instead, forced past the threshold by `force_tokens`."""
         if force_tokens is None:
             await self.turn.load()
         if self.compaction_enabled():
             await self.turn.compact(
-                self.compactor,
+                step or self.compactor,
                 threshold=threshold or self.threshold(),
                 post=self.post_summary,
                 summary_model=self.settings.summary_model,
@@ -159,17 +175,40 @@ class Pipeline:
             headers["x-xun-compaction"] = "unsupported" if unsupported else "none"
         return headers
 
-    async def reactive(self, error_body: Any) -> bool:
-        """After a context-length refusal: compact harder once; True when worth a retry."""
-        if self.turn.rb is None or not self.compaction_enabled() or self.turn.degraded:
+    async def escalate(self, error_body: Any) -> bool:
+        """After a context-length refusal: compact harder, one step of the ladder at a time
+        (`proxy.escalation`), until a step removed at least what the refusal said was
+        missing; True when the request is worth sending again."""
+        rb = self.turn.rb
+        if rb is None or not self.compaction_enabled() or self.turn.degraded:
             return False
         window = self.wire.learned_window(error_body)
         if window:
-            self.turn.rb.state.context_window = window
+            rb.state.context_window = window
+        missing = missing_tokens(error_body)
         threshold = self.threshold()
-        before = self.turn.rb.conversation.estimated_message_length()
-        await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold)
-        return self.turn.rb.conversation.estimated_message_length() < before
+        removed = 0
+        while self.rung < len(self.ladder):
+            step = self.ladder[self.rung]
+            self.rung += 1
+            before = rb.conversation.estimated_message_length()
+            await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold, step=step)
+            if self.turn.rb is None:
+                return False
+            rb = self.turn.rb
+            removed += max(0, before - rb.conversation.estimated_message_length())
+            gained = calibrated(removed // 4, rb.state.calibration)
+            if removed and (missing is None or gained >= missing):
+                return True
+        return False
+
+    def current_body(self) -> JSON:
+        """The body of the next upstream round: the rebuilt request, then the proxy's own
+        extract rounds of this request so far."""
+        body = self.turn.upstream_body(stream=self.stream)
+        for rnd, results in self.continuations:
+            body = self.wire.continue_body(body, rnd, results)
+        return body
 
     # -- upstream calls -----------------------------------------------------------------
     async def open(self, body: JSON) -> UpstreamResponse:
@@ -187,15 +226,10 @@ class Pipeline:
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
 
-    async def open_checked(
-        self, body: JSON, *, first_round: bool = True
-    ) -> tuple[UpstreamResponse | None, Response | None]:
-        """Open a round; on an error answer, try reactive compaction once, else relay the error.
-
-        Only the first round may be rebuilt after compacting: later rounds carry the
-        proxy's own extract exchanges, which a rebuild would drop.
-        """
-        for attempt in range(2):
+    async def open_checked(self, body: JSON) -> tuple[UpstreamResponse | None, Response | None]:
+        """Open a round; after a context-length refusal compact harder and send again (the
+        proxy's extract rounds of this request re-applied), else relay the error."""
+        while True:
             resp = await self.open(body)
             if resp.status_code == 200:
                 return resp, None
@@ -204,13 +238,8 @@ class Pipeline:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 data = None
-            if (
-                attempt == 0
-                and first_round
-                and is_context_length_error(resp.status_code, data)
-                and await self.reactive(data)
-            ):
-                body = self.turn.upstream_body(stream=self.stream)
+            if is_context_length_error(resp.status_code, data) and await self.escalate(data):
+                body = self.current_body()
                 continue
             return None, Response(
                 raw,
@@ -218,7 +247,6 @@ class Pipeline:
                 headers=self.response_headers(),
                 media_type=resp.headers.get("content-type"),
             )
-        raise AssertionError("unreachable")
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
@@ -242,7 +270,7 @@ class Pipeline:
         body = self.turn.upstream_body(stream=False)
         rounds: list[Round] = []
         while True:
-            resp, error = await self.open_checked(body, first_round=not rounds)
+            resp, error = await self.open_checked(body)
             if error is not None:
                 await self.finish(None, save=False)
                 return error
@@ -257,10 +285,12 @@ class Pipeline:
                 await self.finish(None, save=False)
                 return self.error_response(exc)
             rounds.append(rnd)
+            self.note_first(rnd)
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and self.turn.injected:
                 results = self.extract_results(extract)
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
+                    self.continuations.append((rnd, results))
                     body = self.wire.continue_body(body, rnd, results)
                     continue
                 self.hide(rnd, extract, results)
@@ -276,6 +306,20 @@ class Pipeline:
         headers = {**self.response_headers(), **exc.headers}
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
+    def note_first(self, rnd: Round) -> None:
+        """Keep the first round's billed prompt, to calibrate the proxy's estimate with."""
+        if self.first_prompt is None and rnd.usage is not None:
+            self.first_prompt = rnd.usage.prompt
+
+    def calibrate(self) -> None:
+        """Update the session's ratio of billed to estimated prompt tokens."""
+        rb = self.turn.rb
+        if rb is None or not self.first_prompt:
+            return
+        tools = self.wire.tools(self.client_body)
+        tools_estimate = len(orjson.dumps(tools)) // 4 if tools else 0
+        calibrate(rb.state, self.first_prompt, rb.sent_estimate() + tools_estimate)
+
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
         """Record the turn's usage, save the state, and note what happened for logs/metrics.
 
@@ -286,6 +330,7 @@ class Pipeline:
         rb = self.turn.rb
         if rb is not None and save:
             rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
+            self.calibrate()
             if usage is not None:
                 record_turn(
                     rb,
@@ -341,14 +386,16 @@ class Pipeline:
                     yield out
                 await resp.aclose()
                 rnd = relay.end_round()
+                self.note_first(rnd)
                 last_usage = rnd.usage or last_usage
                 _, extract = split_calls(rnd.message.get("tool_calls"))
                 if extract and self.turn.injected:
                     results = self.extract_results(extract)
                     if rnd.only_extract and self.rounds_left(rounds):
                         rounds += 1
+                        self.continuations.append((rnd, results))
                         body = self.wire.continue_body(body, rnd, results)
-                        next_resp, error = await self.open_checked(body, first_round=False)
+                        next_resp, error = await self.open_checked(body)
                         if error is not None:
                             yield relay.error(error.body)
                             return

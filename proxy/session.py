@@ -3,8 +3,8 @@
 Chat completions is stateless: every request carries the whole history, so the proxy keeps
 only what it decided (reclaimed ids, the summary and the cut it replaces, hidden extract
 calls, the last usage) and re-applies it to each incoming request. The client stays the
-source of truth: originals of reclaimed results are read back from its own messages.
-Pure code: no I/O.
+source of truth: originals of reclaimed results are read back from its own messages. What
+histories it understands, and its size estimate, are `proxy.history`. Pure code: no I/O.
 """
 
 from __future__ import annotations
@@ -16,75 +16,24 @@ from typing import Any
 
 from proxy.compact import format_compacted_summary
 from proxy.conversation import Conversation
-from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, message_chars
+from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
 from proxy.extract_tool import content_text, split_calls
 from proxy.fingerprint import PrefixChain, raw_digests
+from proxy.history import (
+    KNOWN_ROLES,
+    SYSTEM_ROLES,
+    UnrecognisedHistory,
+    estimate_chars,
+    estimate_tokens,
+    leading_system_count,
+    reclaim_keys,
+    token_count,
+    validate,
+)
 from proxy.session_state import CHAIN_SCHEME, UNSEALED, HiddenExtract, SessionState
 from proxy.wire.base import Outgoing
 
-SYSTEM_ROLES = frozenset({"system", "developer"})
-KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 HIDDEN_KEY_PREFIX = "xun-extract:"
-
-
-class UnrecognisedHistory(ValueError):
-    """The messages are not a history the proxy can reason about; send them on unchanged."""
-
-
-def validate(messages: Any) -> list[dict[str, Any]]:
-    """Check the history is one the proxy understands; raise UnrecognisedHistory if not."""
-    if not isinstance(messages, list):
-        raise UnrecognisedHistory("messages is not a list")
-    open_calls: Any = ()
-    for i, msg in enumerate(messages):
-        role = msg.get("role") if isinstance(msg, dict) else None
-        if role == "tool":
-            if msg.get("tool_call_id") not in open_calls:
-                raise UnrecognisedHistory(f"message {i}: tool result without a matching call")
-        elif role == "assistant":
-            calls = msg.get("tool_calls")
-            if calls is None:
-                open_calls = ()
-            elif not isinstance(calls, list):
-                raise UnrecognisedHistory(f"message {i}: tool_calls is not a list")
-            elif len(calls) == 1 and isinstance(calls[0], dict):
-                open_calls = (calls[0].get("id"),)
-            else:
-                open_calls = {c.get("id") for c in calls if isinstance(c, dict)}
-        elif role not in KNOWN_ROLES:
-            raise UnrecognisedHistory(f"message {i} has no known role")
-        elif role != "function":
-            open_calls = ()
-    return messages
-
-
-def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    """Client index -> reclaim key of every tool message; repeated ids get `#2`, `#3`, ..."""
-    seen: dict[str, int] = {}
-    keys: dict[int, str] = {}
-    for i, msg in enumerate(messages):
-        if msg.get("role") != "tool":
-            continue
-        call_id = str(msg.get("tool_call_id"))
-        seen[call_id] = seen.get(call_id, 0) + 1
-        keys[i] = call_id if seen[call_id] == 1 else f"{call_id}#{seen[call_id]}"
-    return keys
-
-
-def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
-    n = 0
-    while n < len(messages) and messages[n].get("role") in SYSTEM_ROLES:
-        n += 1
-    return n
-
-
-def estimate_chars(messages: Sequence[Any]) -> int:
-    """Characters the model reads in these messages (content, tool-call arguments, reasoning)."""
-    return sum(message_chars(m) for m in messages if isinstance(m, dict))
-
-
-def estimate_tokens(messages: Sequence[Any]) -> int:
-    return (estimate_chars(messages) + 3) // 4 + 4 * len(messages)
 
 
 @dataclass
@@ -185,11 +134,21 @@ class Rebuild:
         return Outgoing(messages, system, None, messages[self.system_count :])
 
     def projected_tokens(self) -> int:
-        """The previous usage plus an estimate of what the client added since then."""
-        new = estimate_tokens(self.messages[self.new_from :])
+        """The previous usage plus an estimate of what the client added since then, the
+        estimate scaled by what this session's upstream bills per estimated token."""
+        ratio = self.state.calibration or 1.0
         if self.state.total_tokens is None:
-            return estimate_tokens(self.messages)
-        return self.state.total_tokens + new
+            return int(estimate_tokens(self.messages) * ratio)
+        new = estimate_tokens(self.messages[self.new_from :])
+        return self.state.total_tokens + int(new * ratio)
+
+    def sent_estimate(self) -> int:
+        """The proxy's estimate of the messages it sends upstream, in tokens."""
+        if self._conversation is None and not (
+            self.state.summary or self.state.reclaimed or self.hidden
+        ):
+            return (self.chars + 3) // 4 + 4 * len(self.messages)  # the client's, as sent
+        return estimate_tokens(self.upstream_messages())
 
 
 def _upgrade(state: SessionState, chain: PrefixChain) -> None:
@@ -217,7 +176,10 @@ def _reconcile(
     # The client edited, retried, branched or truncated. Keep what still holds.
     keep_summary = bool(state.summary) and chain.matches(state.cut, state.cut_hash)
     fresh = SessionState(
-        resets=state.resets + 1, turn_log=state.turn_log, context_window=state.context_window
+        resets=state.resets + 1,
+        turn_log=state.turn_log,
+        context_window=state.context_window,
+        calibration=state.calibration,
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
@@ -358,13 +320,6 @@ def cover(rb: Rebuild) -> None:
     seal_hidden(state, rb.chain)
 
 
-def token_count(value: Any) -> int | None:
-    """A usage number as reported, when it is one: an int >= 0 (not a bool, string or float)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
 def record_turn(
     rb: Rebuild,
     *,
@@ -424,6 +379,8 @@ def add_hidden(
 
 __all__ = [
     "HIDDEN_KEY_PREFIX",
+    "KNOWN_ROLES",
+    "SYSTEM_ROLES",
     "HiddenExtract",  # from proxy.session_state, with the state type
     "Rebuild",
     "SessionState",

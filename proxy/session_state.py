@@ -83,6 +83,9 @@ class SessionState:
     last_compaction: dict[str, Any] | None = None
     resets: int = 0
     context_window: int | None = None  # learned from the upstream's context-length errors
+    # What the upstream bills for a prompt per token of the proxy's own estimate of it
+    # (a running average); None until a turn reported its prompt tokens.
+    calibration: float | None = None
     # The cost-aware compactor's memory: savings forgone while waiting, and the last summary.
     accrued: float = 0.0
     size_after_summary: int | None = None

@@ -129,6 +129,22 @@ def test_reactive_compaction_after_a_context_length_error(
     assert refused
 
 
+def test_a_refusal_that_reclaiming_cannot_fix_escalates_to_a_summary(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any, script: ModelScript
+) -> None:
+    # Level 1 keeps 50 results here, so reclaiming frees nothing: the ladder must go on to a
+    # summary within the same client request, and no turn may reach the client refused.
+    fake_upstream.context_window = 6000
+    proxy = make_proxy(token_threshold=1_000_000, toolcall_keep_max=50, summary_keep_max=4)
+    agent = Agent(openai_client(proxy, session="escalate"), output_size=2000)
+    levels = []
+    for _ in range(20):
+        agent.step()  # raises if any turn reached the client as an error
+        levels.append(agent.responses[-1].headers["x-xun-compaction"])
+    assert "summary" in levels
+    assert summary_count(fake_upstream.chat_requests) >= 1
+
+
 def test_summary_is_split_when_it_does_not_fit_the_window(
     fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any, script: ModelScript
 ) -> None:

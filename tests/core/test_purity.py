@@ -9,7 +9,34 @@ import pytest
 
 import proxy
 
-CORE = ["conversation_message.py", "conversation.py", "compact.py", "trail.py", "artifacts.py"]
+CORE = [
+    "conversation_message.py",
+    "conversation.py",
+    "compact.py",
+    "trail.py",
+    "artifacts.py",
+    "session.py",
+    "history.py",
+    "session_state.py",
+    "fingerprint.py",
+    "merge.py",
+    "economics.py",
+    "cache_compact.py",
+    "escalation.py",
+    "windows.py",
+    "extract_tool.py",
+    "relay.py",
+    "sse.py",
+    "summarizer.py",
+    "turn_log.py",
+    "json_limits.py",
+    "identity.py",
+    "upstream_reply.py",
+    "wire/base.py",
+    "wire/chat.py",
+    "wire/responses.py",
+    "wire/messages.py",
+]
 FORBIDDEN = {"httpx", "starlette", "uvicorn", "sqlite3", "redis", "openai", "asyncio"}
 
 

@@ -1,0 +1,81 @@
+"""The neutral history as the core reads it: which histories it understands, the keys its
+tool results are reclaimed under, where the client's system messages end, and the size
+estimate every trigger starts from. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.conversation_message import message_chars
+
+SYSTEM_ROLES = frozenset({"system", "developer"})
+KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
+
+
+class UnrecognisedHistory(ValueError):
+    """The messages are not a history the proxy can reason about; send them on unchanged."""
+
+
+def validate(messages: Any) -> list[dict[str, Any]]:
+    """Check the history is one the proxy understands; raise UnrecognisedHistory if not."""
+    if not isinstance(messages, list):
+        raise UnrecognisedHistory("messages is not a list")
+    open_calls: Any = ()
+    for i, msg in enumerate(messages):
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role == "tool":
+            if msg.get("tool_call_id") not in open_calls:
+                raise UnrecognisedHistory(f"message {i}: tool result without a matching call")
+        elif role == "assistant":
+            calls = msg.get("tool_calls")
+            if calls is None:
+                open_calls = ()
+            elif not isinstance(calls, list):
+                raise UnrecognisedHistory(f"message {i}: tool_calls is not a list")
+            elif len(calls) == 1 and isinstance(calls[0], dict):
+                open_calls = (calls[0].get("id"),)
+            else:
+                open_calls = {c.get("id") for c in calls if isinstance(c, dict)}
+        elif role not in KNOWN_ROLES:
+            raise UnrecognisedHistory(f"message {i} has no known role")
+        elif role != "function":
+            open_calls = ()
+    return messages
+
+
+def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Client index -> reclaim key of every tool message; repeated ids get `#2`, `#3`, ..."""
+    seen: dict[str, int] = {}
+    keys: dict[int, str] = {}
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "tool":
+            continue
+        call_id = str(msg.get("tool_call_id"))
+        seen[call_id] = seen.get(call_id, 0) + 1
+        keys[i] = call_id if seen[call_id] == 1 else f"{call_id}#{seen[call_id]}"
+    return keys
+
+
+def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
+    n = 0
+    while n < len(messages) and messages[n].get("role") in SYSTEM_ROLES:
+        n += 1
+    return n
+
+
+def estimate_chars(messages: Sequence[Any]) -> int:
+    """Characters the model reads in these messages (content, tool-call arguments, reasoning)."""
+    return sum(message_chars(m) for m in messages if isinstance(m, dict))
+
+
+def estimate_tokens(messages: Sequence[Any]) -> int:
+    return (estimate_chars(messages) + 3) // 4 + 4 * len(messages)
+
+
+def token_count(value: Any) -> int | None:
+    """A usage number as reported, when it is one: an int >= 0 (not a bool, string or float)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
