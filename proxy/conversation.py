@@ -15,15 +15,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.compact import (
-    CompactStatus,
-    CutPlan,
-    Summarizer,
-    SummaryCompactResult,
-    ToolCallCompactResult,
-    placeholder_for,
-    plan_cut,
-)
 from proxy.conversation_message import (
     Content,
     ConversationFormatError,
@@ -36,6 +27,15 @@ from proxy.conversation_message import (
     message_from_json,
     tool_result_text,
     unreclaimed_param,
+)
+from proxy.rules import (
+    CompactStatus,
+    CutPlan,
+    Summarizer,
+    SummaryCompactResult,
+    ToolCallCompactResult,
+    placeholder_for,
+    plan_cut,
 )
 from proxy.trail import update as update_trail
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from proxy.compact import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
+from proxy.rules import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
 
 __all__ = [
     "COMPACTED_SYSTEM_PROMPT",

@@ -13,6 +13,7 @@ CORE = [
     "conversation_message.py",
     "conversation.py",
     "compact.py",
+    "rules.py",
     "trail.py",
     "artifacts.py",
     "session.py",
