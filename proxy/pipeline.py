@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
-from proxy.escalation import calibrate, calibrated, ladder, missing_tokens
+from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import answer, split_calls
 from proxy.session import add_hidden, record_turn
 from proxy.sse import SSEDecoder
@@ -126,6 +126,15 @@ class Pipeline:
         (`proxy.escalation`) instead, forced past the threshold by `force_tokens`."""
         if force_tokens is None:
             await self.turn.load()
+            rb = self.turn.rb
+            keep = rb.state.pending_summary if rb is not None else None
+            if keep is not None and rb is not None and self.compaction_enabled():
+                # An operator's summary, asked for without a key of the proxy's own: made
+                # now, with this client's credentials, whatever the threshold says.
+                rb.state.pending_summary = None
+                threshold = threshold or self.threshold()
+                step = ForcedSummary(self.settings.toolcall_keep_max, keep)
+                force_tokens = max(threshold * 2, 1)
         if self.compaction_enabled():
             await self.turn.compact(
                 step or self.compactor,

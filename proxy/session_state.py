@@ -86,6 +86,10 @@ class SessionState:
     # What the upstream bills for a prompt per token of the proxy's own estimate of it
     # (a running average); None until a turn reported its prompt tokens.
     calibration: float | None = None
+    # An operator asked for a summary the proxy had no key to make: the next turn makes it
+    # with its client's credentials (POST /admin/sessions/{id}/compact answered 202),
+    # keeping this many recent messages.
+    pending_summary: int | None = None
     # The cost-aware compactor's memory: savings forgone while waiting, and the last summary.
     accrued: float = 0.0
     size_after_summary: int | None = None

@@ -10,8 +10,8 @@ import pytest
 
 from proxy.compact import SUMMARY_PROMPT, placeholder_for
 from proxy.store.memory import MemoryStore
-from tests.agent import model_requests
-from tests.compacted import Compacted, admin_headers, compacted_session
+from tests.agent import is_summary_request, model_requests
+from tests.compacted import CLIENT_KEY, Compacted, admin_headers, compacted_session
 from tests.fake_upstream import FakeUpstream, Reply
 
 UPSTREAM_KEY = "sk-upstream-admin-0000"
@@ -76,11 +76,27 @@ def test_toolcall_default_keep_is_the_setting(compacted: Compacted) -> None:
     assert result["reclaimed_count"] == 0  # auto-compaction already kept only the newest 6
 
 
-def test_summary_needs_an_upstream_key(compacted: Compacted) -> None:
-    resp = compacted.post("/compact", json={"mode": "summary", "model": "gpt-4o"})
-    assert resp.status_code == 409
-    error = resp.json()["error"]
-    assert error["code"] == "upstream_key_required" and "--upstream-api-key" in error["message"]
+def test_without_an_upstream_key_the_summary_waits_for_the_next_turn(
+    fake_upstream: FakeUpstream, compacted: Compacted
+) -> None:
+    before = compacted.detail()
+    calls = len(fake_upstream.chat_requests)
+    resp = compacted.post("/compact", json={"mode": "summary", "model": "gpt-4o", "keep": 4})
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["status"] == "pending" and resp.json()["changed"] is False
+    assert len(fake_upstream.chat_requests) == calls  # nobody was called with no key
+    assert compacted.detail()["pending_summary"] is True
+
+    compacted.agent.step()  # the client's next request makes it, with its own credentials
+    summaries = [r for r in fake_upstream.chat_requests[calls:] if is_summary_request(r.json)]
+    assert len(summaries) == 1
+    assert summaries[0].headers["authorization"] == f"Bearer {CLIENT_KEY}"
+    after = compacted.detail()
+    assert after["pending_summary"] is False
+    assert after["counters"]["summary_rounds"] == before["counters"]["summary_rounds"] + 1
+    assert compacted.agent.responses[-1].headers["x-xun-compaction"] == "summary"
+    sent = model_requests(fake_upstream.chat_requests)[-1].json["messages"]
+    assert after["summary"] and after["summary"][:40] in sent[0]["content"]
 
 
 def test_summary_needs_a_model(

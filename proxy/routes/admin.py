@@ -186,6 +186,7 @@ async def session_detail(request: Request) -> Response:
         "reclaimed": list(state.reclaimed),
         "turns": state.turns,
         "last_compaction": state.last_compaction,
+        "pending_summary": state.pending_summary is not None,
         "conversation": None if rb is None else history(rb, query.truncate),
         "upstream_messages": None if rb is None else len(rb.conversation.messages),
         "token_threshold": request.app.state.settings.token_threshold,

@@ -28,6 +28,7 @@ from proxy.routes.admin_base import (
     store_failed,
 )
 from proxy.session import Rebuild, apply_compaction
+from proxy.session_state import SessionState
 from proxy.settings import Settings
 from proxy.store import StoreError, VersionConflict
 from proxy.summarizer import ContextLengthExceeded, Summarizer, is_context_length_error
@@ -50,9 +51,15 @@ def wire_of(name: str | None) -> Wire:
     return ChatWire()
 
 
+def _has_key(settings: Settings, wire: Wire) -> bool:
+    """Whether the proxy holds a key of its own for this wire's upstream."""
+    key = settings.anthropic_api_key if wire.name == "messages" else settings.upstream_api_key
+    return key is not None
+
+
 def _summary_route(request: Request, wire: Wire) -> tuple[Upstream, dict[str, str]]:
     """The upstream and headers of a manual summary, in the session's own API, made with
-    the configured key (the admin API holds no client credentials); 409 without one."""
+    the configured key (the admin API holds no client credentials)."""
     settings: Settings = request.app.state.settings
     if wire.name == "messages":
         key = settings.anthropic_api_key
@@ -136,6 +143,9 @@ async def compact_session(request: Request) -> Response:
         result = conv.compact_toolcall(keep_max=keep)
         changed = result.reclaimed_count > 0
         outcome = "success" if changed else "nothing_to_condense"
+    elif not _has_key(settings, wire):
+        keep = settings.summary_keep_max if body.keep is None else body.keep
+        return await _defer_summary(request, stored, state, len(rb.messages), keep)
     else:
         upstream, headers = _summary_route(request, wire)
         model = body.model or settings.summary_model
@@ -223,3 +233,30 @@ async def compact_session(request: Request) -> Response:
     if failures and not changed:
         payload["upstream_error"] = failures[-1]
     return JSONResponse(payload)
+
+
+async def _defer_summary(
+    request: Request, stored: Any, state: SessionState, messages: int, keep: int
+) -> Response:
+    """No key of the proxy's own: the summary is made on the session's next turn, with that
+    client's credentials (`SessionState.pending_summary`); 202 until then."""
+    state.pending_summary = keep
+    try:
+        version = await session_store(request).put(
+            stored.key, state.to_bytes(), state.meta(messages), expected_version=stored.version
+        )
+    except VersionConflict as exc:
+        raise Conflict(
+            "The session changed meanwhile; try again.", code="version_conflict"
+        ) from exc
+    except StoreError as exc:
+        raise store_failed(request, exc) from exc
+    payload = {
+        "mode": "summary",
+        "status": "pending",
+        "changed": False,
+        "version": version,
+        "detail": "The proxy holds no upstream key of its own: the summary is made on the "
+        "session's next request, with that client's credentials.",
+    }
+    return JSONResponse(payload, status_code=202)

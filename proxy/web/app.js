@@ -127,6 +127,7 @@
     fact(list, "summary rounds", d.counters.summary_rounds);
     fact(list, "tool rounds", d.counters.toolcall_rounds);
     fact(list, "updated", when(d.updated_at));
+    if (d.pending_summary) fact(list, "summary", "pending: made on the session's next request");
     if (d.last_compaction) {
       const lc = d.last_compaction;
       fact(list, "last compaction", lc.level + (lc.manual ? " (manual)" : "") +
@@ -322,6 +323,8 @@
         text = result.changed
           ? `Reclaimed ${result.reclaimed_count} tool result(s), ${(result.reclaimed_fraction * 100).toFixed(0)}% of the text.`
           : "Nothing to reclaim.";
+      } else if (result.status === "pending") {
+        text = "Summary pending: the proxy has no upstream key of its own, so it is made on the session's next request, with that client's credentials.";
       } else {
         text = result.changed
           ? `Summarised ${result.summarized_count} message(s), kept ${result.kept_count}.`
@@ -329,7 +332,7 @@
       }
       await openSession(id);
       await loadList(false);
-      status(text, !result.changed);
+      status(text, !result.changed && result.status !== "pending");
     } catch (err) {
       status(err.message, true);
     } finally {
