@@ -87,6 +87,9 @@ class Economics:
     # The first compaction of a session also adds the proxy's tool to the request, which
     # changes the tools block ahead of every message: the whole prompt is re-sent uncached.
     rewrites_all: bool = False
+    # Price of writing a prompt token into the cache, relative to uncached input: 1.0 where
+    # caching is automatic (OpenAI), 1.25 for Anthropic's 5-minute cache writes.
+    write_factor: float = 1.0
 
     @property
     def effective_price(self) -> float:
@@ -100,7 +103,7 @@ class Economics:
 
     def rewrite_cost(self, tokens: float) -> float:
         """Extra cost of sending `tokens` uncached once instead of at the cached price."""
-        return tokens * (1.0 - self.effective_price)
+        return tokens * (self.write_factor - self.effective_price)
 
     def saving_per_turn(self, removed: float) -> float:
         return removed * self.effective_price

@@ -39,6 +39,8 @@ from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
 
 log = logging.getLogger("proxy.pipeline")
 
+# Anthropic bills a prompt token written to its (5-minute) cache at 1.25x uncached input.
+ANTHROPIC_CACHE_WRITE = 1.25
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -165,7 +167,10 @@ class Pipeline:
             size_after_summary=state.size_after_summary,
             removed_by_summary=state.removed_by_summary,
             accrued=state.accrued,
-            rewrites_all=not state.compacted,
+            # The first compaction rewrites the tools block too when it is what adds the
+            # proxy's tool (extract_tool = after_compaction).
+            rewrites_all=not state.compacted and self.turn.defer_extract_tool,
+            write_factor=ANTHROPIC_CACHE_WRITE if self.wire.name == "messages" else 1.0,
         )
 
     def response_headers(self) -> dict[str, str]:

@@ -215,3 +215,12 @@ async def test_the_kept_tail_is_bounded_in_tokens(kw: dict[str, Any], bound: flo
     assert tail and tail[-1] == params[-1]  # the newest exchange is always kept
     assert tail_tokens <= bound + 1
     assert sequence_errors(params) == []
+
+
+def test_a_cache_write_premium_makes_a_rewrite_cost_more() -> None:
+    from proxy.economics import Economics
+
+    openai = Economics(cache_factor=0.5, hit_ratio=1.0)
+    anthropic = Economics(cache_factor=0.1, hit_ratio=1.0, write_factor=1.25)
+    assert openai.rewrite_cost(1000) == 500  # sent once at full price instead of at 0.5x
+    assert anthropic.rewrite_cost(1000) == 1150  # written at 1.25x instead of read at 0.1x
