@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.npm_cli import npm_install
 
 CLAUDE_CODE_VERSION = "2.1.197"
 OFFLINE_ENV = {
@@ -70,26 +70,9 @@ def install() -> Path:
     """
     prefix = claude_code_dir()
     binary = prefix / "node_modules" / ".bin" / "claude"
-    if installed_version(binary) == CLAUDE_CODE_VERSION:
-        return binary
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeError("npm is needed to install Claude Code (Debian: apt-get install npm)")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    # Into a scratch folder first, renamed when complete: a broken install is never "there".
-    scratch = Path(tempfile.mkdtemp(prefix=f"{prefix.name}-", dir=prefix.parent))
-    command = [npm, "install", "--prefix", str(scratch), "--no-audit", "--no-fund"]
-    command += ["--loglevel=error", f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"]
-    try:
-        subprocess.run(command, check=True, timeout=600)
-        shutil.rmtree(prefix, ignore_errors=True)
-        scratch.rename(prefix)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    version = installed_version(binary)
-    if version != CLAUDE_CODE_VERSION:
-        raise RuntimeError(f"{binary} reports version {version!r}, expected {CLAUDE_CODE_VERSION}")
-    return binary
+    return npm_install(
+        "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION, prefix, binary, installed_version
+    )
 
 
 def claude_binary() -> Path:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.npm_cli import npm_install
 
 CODEX_VERSION = "0.171.0"
 API_KEY_ENV = "XUN_TEST_CODEX_API_KEY"
@@ -53,28 +53,9 @@ def installed_version(binary: Path) -> str | None:
 
 def install() -> Path:
     """Install the pinned Codex CLI unless it is already there; return its binary."""
-    binary = codex_binary()
-    if installed_version(binary) == CODEX_VERSION:
-        return binary
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeError("npm is needed to install @openai/codex (Debian: apt-get install npm)")
-    prefix = codex_prefix()
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    # Into a scratch folder first, renamed when complete: a broken install is never "there".
-    scratch = Path(tempfile.mkdtemp(prefix=f"codex-{CODEX_VERSION}-", dir=prefix.parent))
-    command = [npm, "install", "--prefix", str(scratch), "--no-audit", "--no-fund"]
-    command += ["--loglevel=error", f"@openai/codex@{CODEX_VERSION}"]
-    try:
-        subprocess.run(command, check=True, timeout=600)
-        shutil.rmtree(prefix, ignore_errors=True)
-        scratch.rename(prefix)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    version = installed_version(binary)
-    if version != CODEX_VERSION:
-        raise RuntimeError(f"{binary} reports version {version!r}, expected {CODEX_VERSION}")
-    return binary
+    return npm_install(
+        "@openai/codex", CODEX_VERSION, codex_prefix(), codex_binary(), installed_version
+    )
 
 
 def require_codex() -> Path:
