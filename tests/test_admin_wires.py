@@ -245,15 +245,16 @@ def test_manual_summary_of_a_messages_session_goes_to_anthropic() -> None:
         assert LAST_READ.search(proxy.detail(claude.session_id)["summary"])
 
 
-def test_a_messages_summary_needs_an_anthropic_key() -> None:
+def test_without_an_anthropic_key_a_messages_summary_waits_for_the_next_turn() -> None:
     with wire_proxy(token_threshold=100_000, anthropic_api_key=None) as proxy:
         claude = run_messages(proxy, files=3)
         path = f"/sessions/{claude.session_id}/compact"
+        calls = len(proxy.messages.requests)
         resp = proxy.admin("POST", path, json={"mode": "summary", "model": "claude-haiku-4-5"})
-        assert resp.status_code == 409
-        error = resp.json()["error"]
-        assert error["code"] == "upstream_key_required"
-        assert "XUN_ANTHROPIC_API_KEY" in error["message"]
+        assert resp.status_code == 202, resp.text
+        assert resp.json()["status"] == "pending"
+        assert len(proxy.messages.requests) == calls  # the proxy has no key to call with
+        assert proxy.detail(claude.session_id)["pending_summary"] is True
 
 
 def test_sessions_cli_shows_the_wire(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
