@@ -1,13 +1,23 @@
-"""A fast fake OpenAI upstream for the overhead benchmark, run in its own process.
+"""A fast fake upstream for the overhead benchmarks, run in its own process.
 
     python -m tests.bench.fast_upstream --port 8999
 
 A raw asyncio HTTP/1.1 server (keep-alive, Content-Length or chunked request bodies) that
-answers every POST .../chat/completions at once with a fixed reply and a fixed usage, as
-JSON or as an SSE stream (chunked), without parsing the request JSON: it only looks for
-`"stream": true`, `"include_usage": true` and `"user": "bench-slow-<ms>"` (which spaces the
-stream's events <ms> apart, for the no-buffering check). Anything else gets a small JSON 404,
-except GET /health and GET .../models.
+answers at once with a fixed reply and a fixed usage, as JSON or as an SSE stream (chunked),
+in the three APIs the proxy serves:
+
+- POST .../chat/completions: a chat completion, or its chunks (usage last when asked for);
+- POST .../responses: a Responses `response` object, or its events (`response.created`,
+  `response.in_progress`, `response.output_item.added`, `response.content_part.added`,
+  `response.output_text.delta` ... `response.completed`, each with its `sequence_number`);
+- POST .../messages: an Anthropic `message`, or its events (`message_start`,
+  `content_block_start`, `ping`, `content_block_delta` ... `message_delta`, `message_stop`),
+  usage with cache reads as Anthropic reports them.
+
+It does not parse the request JSON: it only looks for `"stream": true`,
+`"include_usage": true` and `"user": "bench-slow-<ms>"` (or `"user_id"`, Anthropic's
+`metadata` field), which spaces the stream's events <ms> apart, for the no-buffering check.
+Anything else gets a small JSON 404, except GET /health and GET .../models.
 """
 
 from __future__ import annotations
@@ -16,13 +26,29 @@ import argparse
 import asyncio
 import re
 import time
+from typing import Any
 
 import orjson
 
 STREAM = re.compile(rb'"stream"\s*:\s*true')
 INCLUDE_USAGE = re.compile(rb'"include_usage"\s*:\s*true')
-SLOW = re.compile(rb'"user"\s*:\s*"bench-slow-(\d+)"')
+SLOW = re.compile(rb'"user(?:_id)?"\s*:\s*"bench-slow-(\d+)"')
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005}
+# The same 1,005 tokens in the other two APIs' shapes (Anthropic: mostly read from the cache).
+RESPONSES_USAGE = {
+    "input_tokens": 1000,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 5,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 1005,
+}
+MESSAGES_INPUT_USAGE = {
+    "input_tokens": 10,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 990,
+    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+    "service_tier": "standard",
+}
 NOT_FOUND = (
     b'{"error":{"message":"not here","type":"invalid_request_error","param":null,"code":null}}'
 )
@@ -75,8 +101,135 @@ def _events(include_usage: bool) -> list[bytes]:
     return events
 
 
+def _response(status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Responses `response` object as OpenAI returns it for a stateless request."""
+    done = status == "completed"
+    return {
+        "id": "resp_bench",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": "gpt-5-codex",
+        "output": output,
+        "parallel_tool_calls": False,
+        "previous_response_id": None,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "service_tier": "default",
+        "store": False,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": RESPONSES_USAGE if done else None,
+        "user": None,
+        "metadata": {},
+    }
+
+
+def _responses_message(text: str, status: str) -> dict[str, Any]:
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    return {
+        "id": "msg_bench",
+        "type": "message",
+        "status": status,
+        "content": [part] if status == "completed" else [],
+        "role": "assistant",
+    }
+
+
+def _responses_events() -> list[bytes]:
+    text = "".join(WORDS)
+    done_item = _responses_message(text, "completed")
+    part = done_item["content"][0]
+    where = {"item_id": "msg_bench", "output_index": 0, "content_index": 0}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": _response("in_progress", [])}),
+        ("response.in_progress", {"response": _response("in_progress", [])}),
+        (
+            "response.output_item.added",
+            {"output_index": 0, "item": _responses_message("", "in_progress")},
+        ),
+        ("response.content_part.added", {**where, "part": {**part, "text": ""}}),
+    ]
+    for word in WORDS:
+        events.append(("response.output_text.delta", {**where, "delta": word, "logprobs": []}))
+    events += [
+        ("response.output_text.done", {**where, "text": text, "logprobs": []}),
+        ("response.content_part.done", {**where, "part": part}),
+        ("response.output_item.done", {"output_index": 0, "item": done_item}),
+        ("response.completed", {"response": _response("completed", [done_item])}),
+    ]
+    return [
+        b"event: "
+        + name.encode()
+        + b"\ndata: "
+        + orjson.dumps({"type": name, "sequence_number": n, **data})
+        + b"\n\n"
+        for n, (name, data) in enumerate(events)
+    ]
+
+
+def _message(content: list[dict[str, Any]], stop: str | None, output_tokens: int) -> dict[str, Any]:
+    """An Anthropic `message` object."""
+    return {
+        "id": "msg_01bench",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5-20250929",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {**MESSAGES_INPUT_USAGE, "output_tokens": output_tokens},
+    }
+
+
+def _messages_events() -> list[bytes]:
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"message": _message([], None, 1)}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("ping", {}),
+    ]
+    for word in WORDS:
+        delta = {"type": "text_delta", "text": word}
+        events.append(("content_block_delta", {"index": 0, "delta": delta}))
+    events += [
+        ("content_block_stop", {"index": 0}),
+        (
+            "message_delta",
+            {
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": len(WORDS)},
+            },
+        ),
+        ("message_stop", {}),
+    ]
+    return [
+        b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **data}) + b"\n\n"
+        for name, data in events
+    ]
+
+
 COMPLETION = _completion()
 EVENTS = {flag: _events(flag) for flag in (False, True)}
+RESPONSE = orjson.dumps(_response("completed", [_responses_message("".join(WORDS), "completed")]))
+RESPONSE_EVENTS = _responses_events()
+MESSAGE = orjson.dumps(_message([{"type": "text", "text": "".join(WORDS)}], "end_turn", len(WORDS)))
+MESSAGE_EVENTS = _messages_events()
+
+
+# Path suffix of each API (the Anthropic upstream is a base URL: the proxy calls .../v1/messages).
+ROUTES = (
+    ("chat", b"/chat/completions"),
+    ("responses", b"/responses"),
+    ("messages", b"/messages"),
+)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -170,16 +323,21 @@ class Connection(asyncio.Protocol):
             data = b'{"object":"list","data":[{"id":"gpt-4o","object":"model","owned_by":"bench"}]}'
             self._send("200 OK", b"application/json", data, close)
             return
-        if method != b"POST" or not path.endswith(b"/chat/completions"):
+        api = next((a for a, suffix in ROUTES if path.endswith(suffix)), None)
+        if method != b"POST" or api is None:
             self.stats["other"] = self.stats.get("other", 0) + 1
             err = NOT_FOUND
             self._send("404 Not Found", b"application/json", err, close)
             return
-        self.stats["chat"] = self.stats.get("chat", 0) + 1
+        self.stats[api] = self.stats.get(api, 0) + 1
         if not STREAM.search(body):
-            self._send("200 OK", b"application/json", COMPLETION, close)
+            reply = {"chat": COMPLETION, "responses": RESPONSE, "messages": MESSAGE}[api]
+            self._send("200 OK", b"application/json", reply, close)
             return
-        events = EVENTS[bool(INCLUDE_USAGE.search(body))]
+        if api == "chat":
+            events = EVENTS[bool(INCLUDE_USAGE.search(body))]
+        else:
+            events = RESPONSE_EVENTS if api == "responses" else MESSAGE_EVENTS
         slow = SLOW.search(body)
         assert self.transport is not None
         self.transport.write(
