@@ -106,11 +106,15 @@ class Rebuild:
         conv.compaction_counter.toolcall_reclaimed = state.toolcall_reclaimed
         return conv
 
+    def unchanged(self) -> bool:
+        """True when nothing applies to the client's messages: they go up as sent."""
+        return self._conversation is None and not (
+            self.state.summary or self.state.reclaimed or self.hidden
+        )
+
     def upstream_messages(self) -> list[dict[str, Any]]:
         """The message list to send upstream."""
-        if self._conversation is None and not (
-            self.state.summary or self.state.reclaimed or self.hidden
-        ):
+        if self.unchanged():
             return list(self.messages)  # nothing to apply: the client's messages as sent
         params = self.conversation.completion_params()
         if self.state.summary:
@@ -126,12 +130,14 @@ class Rebuild:
 
     def outgoing(self) -> Outgoing:
         """The messages to send upstream, whole and in parts (see `proxy.wire.base`)."""
+        unchanged = self.unchanged()
         messages = self.upstream_messages()
         system = self.messages[: self.system_count]
         if self.state.summary:
             summary = format_compacted_summary(self.state.summary, self.state.trail)
             return Outgoing(messages, system, summary, messages[1:])
-        return Outgoing(messages, system, None, messages[self.system_count :])
+        rest = messages[self.system_count :]
+        return Outgoing(messages, system, None, rest, unchanged=unchanged)
 
     def projected_tokens(self) -> int:
         """The previous usage plus an estimate of what the client added since then, the

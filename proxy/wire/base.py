@@ -31,13 +31,16 @@ class Outgoing:
     `messages` is the whole list as Chat Completions sends it (the summary, if any, in the
     first system message); `system` (the client's own system messages, verbatim), `summary`
     (the rendered summary text or None) and `rest` are its parts, for APIs that place the
-    summary elsewhere.
+    summary elsewhere. `unchanged`: these are the client's messages exactly as it sent them
+    (nothing reclaimed, summarised or hidden applies), so a wire may send its own request's
+    history as it came instead of converting the neutral messages back.
     """
 
     messages: list[JSON]
     system: list[JSON]
     summary: str | None
     rest: list[JSON]
+    unchanged: bool = False
 
 
 @dataclass

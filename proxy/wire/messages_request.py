@@ -41,14 +41,19 @@ def upstream_body(
 
     `out` None: the client's messages unchanged. The client's `system` is kept verbatim;
     a summary follows it as one more block. Every other field passes unchanged (`stream`
-    too: a Messages stream reports its usage without being asked).
+    too: a Messages stream reports its usage without being asked). When nothing applies to
+    the history (`out.unchanged`), the client's own `messages` go up as they came: what
+    converting the neutral messages back would give byte for byte, without its cost.
     """
     sent = dict(body)
     if tools is not None:
         sent["tools"] = tools
     if out is None:
         return sent
-    _, messages = from_neutral(out.rest)
+    if out.unchanged and isinstance(body.get("messages"), list):
+        messages: list[Any] = list(body["messages"])
+    else:
+        _, messages = from_neutral(out.rest)
     system = body.get("system")
     if out.summary is not None:
         system = with_summary(system, out.summary, messages)

@@ -119,6 +119,13 @@ class ResponsesWire:
         sent = dict(body)
         if out is None:
             return sent
+        if out.unchanged:
+            # Nothing applies: the client's items as they came, which is what converting
+            # the neutral messages back gives, byte for byte, without its cost.
+            sent["input"] = input_items(body)
+            if tools is not None:
+                sent["tools"] = tools
+            return sent
         instructions, sent["input"] = upstream_input(out, body.get("instructions"))
         if instructions is not None:
             sent["instructions"] = instructions

@@ -68,6 +68,7 @@ from tests.bench.common import (
     write_result,
     xun_proxy,
 )
+from tests.bench.cpu import cpu_seconds
 from tests.bench.histories import body, history, messages_body, responses_body
 from tests.bench.overhead import REQUEST_TIMEOUT, one_request, ssl_context
 
@@ -150,17 +151,23 @@ class Samples:
     errors: int = 0
     error_example: str | None = None
     wall: float = 0.0
+    cpu: float = 0.0  # the proxy's CPU seconds during the recorded slices
     unexpected: Counter[str] = field(default_factory=Counter)
     log: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ProxyLog:
     """New JSON access-log lines of the proxy since the last read (slices run one at a time,
-    so the lines read after a slice are that slice's)."""
+    so the lines read after a slice are that slice's), and the proxy process's CPU time."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, pid: int) -> None:
         self.path = path
+        self.pid = pid
         self.offset = path.stat().st_size if path.exists() else 0
+
+    def cpu(self) -> float:
+        """CPU seconds (user + system) the proxy has used so far."""
+        return sum(cpu_seconds(self.pid))
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -229,11 +236,13 @@ async def run_slice(
     try:
         if log is not None:
             log.read()  # skip what came before (a warm-up, another target)
+        cpu = log.cpu() if log is not None else 0.0
         started = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
         if samples is not None:
             samples.wall += time.perf_counter() - started
             if log is not None and target.via_proxy:
+                samples.cpu += log.cpu() - cpu
                 await asyncio.sleep(0.02)  # the last answers' log lines
                 samples.log.extend(log.read())
     finally:
@@ -256,6 +265,8 @@ def summarise(s: Samples) -> dict[str, Any]:
     }
     if s.unexpected:
         out["unexpected_compaction"] = dict(s.unexpected)
+    if s.cpu and n:
+        out["proxy_cpu_ms_per_request"] = rnd(1000 * s.cpu / n)
     if s.log:
         proxy_ms = [r["proxy_ms"] for r in s.log if isinstance(r.get("proxy_ms"), int | float)]
         out["log_lines"] = len(s.log)
@@ -513,10 +524,11 @@ def print_tables(result: dict[str, Any]) -> None:
                     r.get("added_p90_ms"),
                     r.get("added_ttfb_p50_ms"),
                     r.get("proxy_ms_p50"),
+                    r.get("proxy_cpu_ms_per_request"),
                 ]
             )
     heads = ["cell", "target", "n", "err", "req/s", "x direct", "p50", "+p50", "+p90"]
-    print(table([*heads, "+TTFB p50", "proxy_ms p50"], rows))
+    print(table([*heads, "+TTFB p50", "proxy_ms p50", "CPU ms/req"], rows))
     print_header("One session under concurrency (c=16, JSON)")
     rows = []
     for wire, data in result["shared"].items():
@@ -532,12 +544,13 @@ def print_tables(result: dict[str, Any]) -> None:
                     r.get("p50_ms"),
                     r.get("added_p50_ms"),
                     r.get("proxy_ms_p50"),
+                    r.get("proxy_cpu_ms_per_request"),
                     r.get("lease"),
                     r.get("unexpected_compaction"),
                 ]
             )
     heads = ["wire", "target", "n", "err", "req/s", "x direct", "p50", "+p50", "proxy_ms p50"]
-    print(table([*heads, "lease", "unexpected"], rows))
+    print(table([*heads, "CPU ms/req", "lease", "unexpected"], rows))
     print_header("Targets")
     print(
         table(
@@ -584,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
         proxy.start()
         children.append(proxy)
         proxy.wait_ready("/healthz", timeout=30)
-        log = ProxyLog(proxy.log)
+        assert proxy.proc is not None
+        log = ProxyLog(proxy.log, proxy.proc.pid)
         sizes, cells, shared, buffering = asyncio.run(measure(upstream.url, proxy.url, log, args))
         rss = {c.name: c.rss_mib() for c in children}
     result: dict[str, Any] = {

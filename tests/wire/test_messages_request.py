@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 import proxy
 from proxy.extract_tool import TOOL_DEFINITION
+from proxy.session import rebuild
+from proxy.session_state import SessionState
 from proxy.wire.base import Outgoing, Round
 from proxy.wire.messages_blocks import CONTINUED, to_neutral
 from proxy.wire.messages_request import (
@@ -36,7 +38,14 @@ from proxy.wire.messages_request import (
 )
 
 from ..core.test_purity import FORBIDDEN, imported_roots
-from .messages_cases import SYSTEM_BLOCKS, anthropic_errors, session, tool_result, tool_use
+from .messages_cases import (
+    SYSTEM_BLOCKS,
+    anthropic_errors,
+    requests,
+    session,
+    tool_result,
+    tool_use,
+)
 
 EPHEMERAL = {"type": "ephemeral"}
 HOUR = {"type": "ephemeral", "ttl": "1h"}
@@ -357,6 +366,34 @@ def test_an_unchanged_turn_goes_up_as_the_client_sent_it_plus_our_tool() -> None
         assert orjson.dumps(sent) == orjson.dumps(expected)
     assert upstream_body(body, None, None) == body
     assert orjson.dumps(body) == frozen
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests())
+def test_an_unchanged_history_sent_as_it_came_is_what_converting_back_gives(request: Any) -> None:
+    """The fast path for a turn nothing applies to (`Outgoing.unchanged`) sends the client's
+    own `messages`: byte for byte what converting the neutral messages back would send."""
+    system, messages = request
+    body = {"model": "m", "max_tokens": 1, "messages": messages}
+    if system is not None:
+        body["system"] = system
+    frozen = orjson.dumps(body)
+    neutral = to_neutral(system, messages)
+    count = 1 if system is not None else 0
+    tools = inject_tool([])
+    slow = Outgoing(neutral, neutral[:count], None, neutral[count:])
+    fast = Outgoing(neutral, neutral[:count], None, neutral[count:], unchanged=True)
+    expected = orjson.dumps(upstream_body(body, slow, tools))
+    assert orjson.dumps(upstream_body(body, fast, tools)) == expected
+    assert orjson.dumps(body) == frozen
+
+
+def test_rebuild_marks_a_history_nothing_applies_to_as_unchanged() -> None:
+    body = client_body()
+    neutral = to_neutral(body["system"], body["messages"])
+    assert rebuild(neutral, None).outgoing().unchanged
+    state = SessionState(reclaimed=["toolu_2"])
+    assert not rebuild(neutral, state).outgoing().unchanged
 
 
 def test_a_summarised_turn_keeps_the_client_system_then_the_summary() -> None:

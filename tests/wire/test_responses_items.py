@@ -681,6 +681,28 @@ def test_round_trip_is_byte_identical(items: list[dict[str, Any]]) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(histories())
+def test_an_unchanged_history_sent_as_it_came_is_what_converting_back_gives(
+    items: list[dict[str, Any]],
+) -> None:
+    """The fast path for a turn nothing applies to (`Outgoing.unchanged`) sends the client's
+    own `input`: byte for byte what converting the neutral messages back would send."""
+    from proxy.wire.responses import ResponsesWire
+
+    wire = ResponsesWire()
+    body = {"model": "m", "instructions": "rules", "input": items, "store": False}
+    frozen = orjson.dumps(body)
+    rb = rebuild(items_to_messages(items), None)
+    out = rb.outgoing()
+    assert out.unchanged
+    tools = wire.with_extract_tool([])
+    fast = wire.upstream_body(body, out, tools, stream=False)
+    out.unchanged = False
+    assert orjson.dumps(fast) == orjson.dumps(wire.upstream_body(body, out, tools, stream=False))
+    assert orjson.dumps(body) == frozen
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories())
 def test_reclaiming_every_result_changes_only_outputs(items: list[dict[str, Any]]) -> None:
     wire = orjson.dumps(items)
     messages = items_to_messages(items)
