@@ -1,12 +1,12 @@
 """Run every benchmark, then redraw the charts and the generated parts of BENCHMARKS.md.
 
-    python -m tests.bench.all                 # overhead, economy, scale; then charts + report
+    python -m tests.bench.all                 # overhead, wires, economy, scale; charts + report
     python -m tests.bench.all --quick         # the quick variants (results saved as *-quick)
     python -m tests.bench.all --report-only   # charts + BENCHMARKS.md from the saved JSON
 
-The full run takes about 40 minutes on 2 cores (overhead ~15, economy ~20, scale ~5); it is
-run by hand, not by CI. Each step runs in its own process, one after the other, so no two
-benchmarks share the machine at once.
+The full run takes about 45 minutes on 2 cores (overhead ~15, wires ~5, economy ~20, scale
+~5); it is run by hand, not by CI. Each step runs in its own process, one after the other,
+so no two benchmarks share the machine at once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from tests.bench import charts, report
 from tests.bench.common import ROOT
 
-STEPS = ("overhead", "economy", "scale")
+STEPS = ("overhead", "wires", "economy", "scale")
 
 
 def main(argv: list[str] | None = None) -> int:

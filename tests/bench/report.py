@@ -23,7 +23,8 @@ TARGET_ORDER = ("direct", "xun-pass", "xun-session", "xun-compact", "litellm", "
 def machine_block() -> str:
     runs = []
     first: dict[str, Any] | None = None
-    for name in ("overhead", "overhead-experiments", "economy", "economy-compactors", "scale"):
+    names = ("overhead", "overhead-experiments", "economy", "economy-compactors", "scale", "wires")
+    for name in names:
         data = read_result(name)
         if not data:
             continue
@@ -485,6 +486,129 @@ def experiments_block(name: str = "overhead-experiments") -> str:
     return head + "\n" + table(["cell", *(labels[n] for n in names)], rows)
 
 
+def wires_block(name: str = "wires") -> str:
+    """`wires.py`: the three wire formats side by side, and one session under concurrency."""
+    data = read_result(name)
+    if not data:
+        return "(no wire results yet: run `python -m tests.bench.wires`)"
+    cells = data["cells"]
+
+    def row(key: str, target: str) -> dict[str, Any]:
+        return (cells.get(key) or {}).get("targets", {}).get(target) or {}
+
+    out = [
+        f"Mode: {data['mode']}, {data['seconds']:.0f} s, commit {data.get('commit')}, load "
+        f"average {data['machine'].get('loadavg_at_start')} at its start. `{data['command']}` "
+        f"with `XUN_CACHE_READ_FACTORS='{data['env']['XUN_CACHE_READ_FACTORS']}'`.\n",
+        "**Per wire, 50 KB history**: added over direct (ms); CPU = the proxy process's CPU "
+        "time per request (from `/proc`, c=1 JSON); throughput at c=16 (JSON) and its ratio "
+        "to direct.\n",
+    ]
+    rows = []
+    for wire, size in data["sizes"].items():
+        direct = row("json/c1", f"{wire}/direct")
+        session = row("json/c1", f"{wire}/session")
+        passed = row("json/c1", f"{wire}/pass")
+        streamed = row("stream/c1", f"{wire}/session")
+        busy = row("json/c16", f"{wire}/session")
+        busy_pass = row("json/c16", f"{wire}/pass")
+        busy_direct = row("json/c16", f"{wire}/direct")
+        rows.append(
+            [
+                wire,
+                f"{size['bytes']:,} B, {size['messages']} msgs",
+                direct.get("p50_ms"),
+                f"+{session.get('added_p50_ms')} / +{session.get('added_p90_ms')}",
+                f"+{passed.get('added_p50_ms')}",
+                f"+{streamed.get('added_ttfb_p50_ms')}",
+                f"{session.get('proxy_cpu_ms_per_request')} "
+                f"({passed.get('proxy_cpu_ms_per_request')})",
+                busy_direct.get("throughput_rps"),
+                f"{busy.get('throughput_rps')} ({busy.get('throughput_vs_direct')}x)",
+                f"{busy_pass.get('throughput_rps')} ({busy_pass.get('throughput_vs_direct')}x)",
+            ]
+        )
+    out.append(
+        table(
+            [
+                "wire",
+                "history",
+                "direct p50, c=1",
+                "session: added p50 / p90, c=1",
+                "pass: added p50",
+                "session: added first byte p50 (stream)",
+                "CPU ms/req session (pass)",
+                "direct req/s, c=16",
+                "session req/s, c=16",
+                "pass req/s, c=16",
+            ],
+            rows,
+        )
+    )
+    for wire, shared in (data.get("shared") or {}).items():
+        out.append(
+            f"\n**One session under concurrency** ({wire}, 50 KB, JSON, 16 connections; "
+            f"`-over`: threshold {data['over_threshold']} tokens, the cost-aware strategy "
+            "declining to compact)\n"
+        )
+        rows = []
+        for name, r in shared["targets"].items():
+            lease = r.get("lease")
+            rows.append(
+                [
+                    name,
+                    r.get("throughput_rps"),
+                    r.get("throughput_vs_direct"),
+                    r.get("p50_ms"),
+                    r.get("p90_ms"),
+                    r.get("proxy_ms_p50"),
+                    r.get("proxy_cpu_ms_per_request"),
+                    ", ".join(f"{k} {v}" for k, v in lease.items()) if lease else "",
+                    r.get("errors"),
+                    ", ".join(f"{k} {v}" for k, v in (r.get("unexpected_compaction") or {}).items())
+                    or "0",
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "target",
+                    "req/s",
+                    "x direct",
+                    "p50 ms",
+                    "p90 ms",
+                    "proxy ms p50",
+                    "CPU ms/req",
+                    "lease (access log)",
+                    "errors",
+                    "answers not `none`",
+                ],
+                rows,
+            )
+        )
+    out.append("\n**Targets**\n")
+    out.append(
+        table(
+            ["target", "measured", "met"],
+            [[c["target"], c["value"], c["met"]] for c in data["checks"]],
+        )
+    )
+    buf = data.get("buffering") or {}
+    if buf:
+        unbuffered = [k for k, v in buf.items() if v.get("streams_unbuffered")]
+        out.append(
+            f"\nNo buffering (events spaced {150} ms by the upstream): "
+            f"{len(unbuffered)} of {len(buf)} targets keep the spacing"
+            + (
+                ""
+                if len(unbuffered) == len(buf)
+                else f" (not: {', '.join(k for k in buf if k not in unbuffered)})"
+            )
+            + "."
+        )
+    return "\n".join(out)
+
+
 BLOCKS = {
     "machine": machine_block,
     "overhead": overhead_block,
@@ -494,6 +618,7 @@ BLOCKS = {
     "experiments": experiments_block,
     "experiments-head": lambda: experiments_block("overhead-experiments-head"),
     "trail": trail_block,
+    "wires": wires_block,
 }
 
 
