@@ -61,10 +61,10 @@ def machine() -> dict[str, Any]:
     }
 
 
-def git_commit() -> str | None:
+def git_commit(where: Path = ROOT) -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True
         )
     except OSError:
         return None

@@ -499,7 +499,12 @@ def wires_block(name: str = "wires") -> str:
     out = [
         f"Mode: {data['mode']}, {data['seconds']:.0f} s, commit {data.get('commit')}, load "
         f"average {data['machine'].get('loadavg_at_start')} at its start. `{data['command']}` "
-        f"with `XUN_CACHE_READ_FACTORS='{data['env']['XUN_CACHE_READ_FACTORS']}'`.\n",
+        f"with `XUN_CACHE_READ_FACTORS='{data['env']['XUN_CACHE_READ_FACTORS']}'`."
+        + "".join(
+            f" `[{label}]`: the proxy of `{info['dir']}` (commit {info.get('commit')}) beside it."
+            for label, info in (data.get("compared") or {}).items()
+        )
+        + "\n",
         "**Per wire, 50 KB history**: added over direct (ms); CPU = the proxy process's CPU "
         "time per request (from `/proc`, c=1 JSON); throughput at c=16 (JSON) and its ratio "
         "to direct.\n",
@@ -513,6 +518,10 @@ def wires_block(name: str = "wires") -> str:
         busy = row("json/c16", f"{wire}/session")
         busy_pass = row("json/c16", f"{wire}/pass")
         busy_direct = row("json/c16", f"{wire}/direct")
+        others = []
+        for label in data.get("compared") or {}:
+            other = row("json/c1", f"{wire}/session[{label}]")
+            others.append(f"+{other.get('added_p50_ms')}; {other.get('proxy_cpu_ms_per_request')}")
         rows.append(
             [
                 wire,
@@ -526,6 +535,7 @@ def wires_block(name: str = "wires") -> str:
                 busy_direct.get("throughput_rps"),
                 f"{busy.get('throughput_rps')} ({busy.get('throughput_vs_direct')}x)",
                 f"{busy_pass.get('throughput_rps')} ({busy_pass.get('throughput_vs_direct')}x)",
+                *others,
             ]
         )
     out.append(
@@ -541,6 +551,10 @@ def wires_block(name: str = "wires") -> str:
                 "direct req/s, c=16",
                 "session req/s, c=16",
                 "pass req/s, c=16",
+                *(
+                    f"session [{label}]: added p50; CPU ms/req"
+                    for label in data.get("compared") or {}
+                ),
             ],
             rows,
         )

@@ -123,39 +123,6 @@ SPECS = {
 }
 
 
-@dataclass
-class Target:
-    name: str
-    url: str
-    spec: WireSpec
-    session: str | None = None  # None, "worker" or "shared"
-    threshold: int | None = None  # x-xun-token-threshold
-    expect_compaction: str | None = None  # checked on every answer when set
-    via_proxy: bool = False
-
-    def headers(self, worker: int, run: str) -> dict[str, str]:
-        headers = {**self.spec.auth, "content-type": "application/json"}
-        if self.session == "worker":
-            headers[self.spec.session_header] = f"{run}-{self.name}-w{worker}"
-        elif self.session == "shared":
-            headers[self.spec.session_header] = f"{run}-{self.name}"
-        if self.threshold is not None:
-            headers["x-xun-token-threshold"] = str(self.threshold)
-        return headers
-
-
-@dataclass
-class Samples:
-    latency: list[float] = field(default_factory=list)
-    ttfb: list[float] = field(default_factory=list)
-    errors: int = 0
-    error_example: str | None = None
-    wall: float = 0.0
-    cpu: float = 0.0  # the proxy's CPU seconds during the recorded slices
-    unexpected: Counter[str] = field(default_factory=Counter)
-    log: list[dict[str, Any]] = field(default_factory=list)
-
-
 class ProxyLog:
     """New JSON access-log lines of the proxy since the last read (slices run one at a time,
     so the lines read after a slice are that slice's), and the proxy process's CPU time."""
@@ -186,6 +153,39 @@ class ProxyLog:
         return lines
 
 
+@dataclass
+class Target:
+    name: str
+    url: str
+    spec: WireSpec
+    session: str | None = None  # None, "worker" or "shared"
+    threshold: int | None = None  # x-xun-token-threshold
+    expect_compaction: str | None = None  # checked on every answer when set
+    watch: ProxyLog | None = None  # the proxy process behind it (access log, CPU time)
+
+    def headers(self, worker: int, run: str) -> dict[str, str]:
+        headers = {**self.spec.auth, "content-type": "application/json"}
+        if self.session == "worker":
+            headers[self.spec.session_header] = f"{run}-{self.name}-w{worker}"
+        elif self.session == "shared":
+            headers[self.spec.session_header] = f"{run}-{self.name}"
+        if self.threshold is not None:
+            headers["x-xun-token-threshold"] = str(self.threshold)
+        return headers
+
+
+@dataclass
+class Samples:
+    latency: list[float] = field(default_factory=list)
+    ttfb: list[float] = field(default_factory=list)
+    errors: int = 0
+    error_example: str | None = None
+    wall: float = 0.0
+    cpu: float = 0.0  # the proxy's CPU seconds during the recorded slices
+    unexpected: Counter[str] = field(default_factory=Counter)
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+
 async def run_slice(
     target: Target,
     payload: bytes,
@@ -195,7 +195,6 @@ async def run_slice(
     seconds: float,
     run: str,
     samples: Samples | None,
-    log: ProxyLog | None,
 ) -> None:
     """`concurrency` workers, one connection each, send `payload` for `seconds`."""
     clients = [
@@ -233,6 +232,7 @@ async def run_slice(
                 if seen != target.expect_compaction:
                     samples.unexpected[str(seen)] += 1
 
+    log = target.watch
     try:
         if log is not None:
             log.read()  # skip what came before (a warm-up, another target)
@@ -241,7 +241,7 @@ async def run_slice(
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
         if samples is not None:
             samples.wall += time.perf_counter() - started
-            if log is not None and target.via_proxy:
+            if log is not None:
                 samples.cpu += log.cpu() - cpu
                 await asyncio.sleep(0.02)  # the last answers' log lines
                 samples.log.extend(log.read())
@@ -304,14 +304,13 @@ async def measure_cell(
     rounds: int,
     seconds: float,
     run: str,
-    log: ProxyLog,
 ) -> dict[str, dict[str, Any]]:
     samples = {t.name: Samples() for t in targets}
     for r in range(rounds):
         shift = r % len(targets)
         for target in targets[shift:] + targets[:shift]:
             payload = payloads[target.spec.name]
-            common = {"stream": stream, "concurrency": concurrency, "run": run, "log": log}
+            common = {"stream": stream, "concurrency": concurrency, "run": run}
             if r == 0:  # warm-up, not recorded
                 await run_slice(target, payload, seconds=0.2, samples=None, **common)
             await run_slice(
@@ -320,12 +319,12 @@ async def measure_cell(
     return {t.name: summarise(samples[t.name]) for t in targets}
 
 
-def wire_targets(upstream: str, proxy: str) -> list[Target]:
+def wire_targets(upstream: str, proxy: str, log: ProxyLog, others: list[Other]) -> list[Target]:
     targets = []
     for wire in WIRES:
         spec = SPECS[wire]
         targets.append(Target(f"{wire}/direct", upstream + spec.path, spec))
-        targets.append(Target(f"{wire}/pass", proxy + spec.path, spec, via_proxy=True))
+        targets.append(Target(f"{wire}/pass", proxy + spec.path, spec, watch=log))
         targets.append(
             Target(
                 f"{wire}/session",
@@ -333,16 +332,36 @@ def wire_targets(upstream: str, proxy: str) -> list[Target]:
                 spec,
                 session="worker",
                 expect_compaction="none",
-                via_proxy=True,
+                watch=log,
             )
         )
+        for other in others:
+            targets.append(
+                Target(
+                    f"{wire}/session[{other.label}]",
+                    other.url + spec.path,
+                    spec,
+                    session="worker",
+                    expect_compaction="none",
+                    watch=other.log,
+                )
+            )
     return targets
 
 
-def shared_targets(upstream: str, proxy: str, wire: str) -> list[Target]:
+@dataclass
+class Other:
+    """Another checkout's proxy, run beside this one (`--compare LABEL=DIR`)."""
+
+    label: str
+    url: str
+    log: ProxyLog
+
+
+def shared_targets(upstream: str, proxy: str, log: ProxyLog, wire: str) -> list[Target]:
     spec = SPECS[wire]
     url = proxy + spec.path
-    below = {"expect_compaction": "none", "via_proxy": True}
+    below = {"expect_compaction": "none", "watch": log}
     over = {**below, "threshold": OVER_THRESHOLD}
     return [
         Target("direct", upstream + spec.path, spec),
@@ -395,7 +414,9 @@ async def buffering_check(targets: list[Target], run: str) -> dict[str, Any]:
     return out
 
 
-async def measure(upstream: str, proxy: str, log: ProxyLog, args: argparse.Namespace) -> Any:
+async def measure(
+    upstream: str, proxy: str, log: ProxyLog, others: list[Other], args: argparse.Namespace
+) -> Any:
     rounds, seconds = (1, 0.5) if args.quick else (args.rounds, args.seconds)
     run = f"r{int(time.time())}"
     payloads = {
@@ -409,7 +430,7 @@ async def measure(upstream: str, proxy: str, log: ProxyLog, args: argparse.Names
         }
         for w in WIRES
     }
-    targets = wire_targets(upstream, proxy)
+    targets = wire_targets(upstream, proxy, log, others)
     cells: dict[str, Any] = {}
 
     def direct_of(name: str) -> str:
@@ -426,7 +447,6 @@ async def measure(upstream: str, proxy: str, log: ProxyLog, args: argparse.Names
             rounds=rounds,
             seconds=seconds,
             run=run,
-            log=log,
         )
         compare(cell, direct_of)
         cells[key] = {"stream": stream, "concurrency": conc, "targets": cell}
@@ -435,14 +455,13 @@ async def measure(upstream: str, proxy: str, log: ProxyLog, args: argparse.Names
     for wire in args.shared_wires:
         began = time.perf_counter()
         cell = await measure_cell(
-            shared_targets(upstream, proxy, wire),
+            shared_targets(upstream, proxy, log, wire),
             payloads[False],
             stream=False,
             concurrency=16,
             rounds=rounds,
             seconds=seconds,
             run=run,
-            log=log,
         )
         compare(cell, lambda _: "direct")
         shared[wire] = {"stream": False, "concurrency": 16, "targets": cell}
@@ -574,6 +593,14 @@ def main(argv: list[str] | None = None) -> int:
         help="wires measured with one session under concurrency (part 2)",
     )
     parser.add_argument("--store", help="xun-proxy store URL (default: SQLite in a temp dir)")
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also run the proxy of another checkout (e.g. a worktree of an earlier commit) "
+        "as targets WIRE/session[LABEL] in part 1; repeatable",
+    )
     parser.add_argument("--tag", default="", help="suffix of the result file")
     args = parser.parse_args(argv)
     scratch = run_dir("wires")
@@ -582,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     upstream = fast_upstream(scratch)
     upstream.start()
     children = [upstream]
+    compared: dict[str, Any] = {}
     with running(children):
         upstream.wait_ready("/health", timeout=20)
         store = args.store or f"sqlite:///{scratch / 'xun.db'}"
@@ -599,7 +627,30 @@ def main(argv: list[str] | None = None) -> int:
         proxy.wait_ready("/healthz", timeout=30)
         assert proxy.proc is not None
         log = ProxyLog(proxy.log, proxy.proc.pid)
-        sizes, cells, shared, buffering = asyncio.run(measure(upstream.url, proxy.url, log, args))
+        others = []
+        for spec in args.compare:
+            label, _, where = spec.partition("=")
+            directory = Path(where).expanduser().resolve()
+            other = xun_proxy(
+                f"xun-{label}",
+                upstream.url + "/v1",
+                scratch,
+                store=f"sqlite:///{scratch / f'xun-{label}.db'}",
+                anthropic_upstream=upstream.url,
+                token_threshold=10**9,
+            )
+            # `python -m proxy` from that checkout: its directory first on the path.
+            other.cwd = directory
+            other.env.update(PYTHONPATH=str(directory), XUN_CACHE_READ_FACTORS=PRICE)
+            other.start()
+            children.append(other)
+            other.wait_ready("/healthz", timeout=30)
+            assert other.proc is not None
+            others.append(Other(label, other.url, ProxyLog(other.log, other.proc.pid)))
+            compared[label] = {"dir": str(directory), "commit": git_commit(directory)}
+        sizes, cells, shared, buffering = asyncio.run(
+            measure(upstream.url, proxy.url, log, others, args)
+        )
         rss = {c.name: c.rss_mib() for c in children}
     result: dict[str, Any] = {
         **info,
@@ -607,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.time() - started, 1),
         "command": " ".join(proxy.argv),
         "env": {"XUN_CACHE_READ_FACTORS": PRICE},
+        "compared": compared,
         "over_threshold": OVER_THRESHOLD,
         "sizes": sizes,
         "rss_mib_at_end": rss,
