@@ -23,7 +23,15 @@ TARGET_ORDER = ("direct", "xun-pass", "xun-session", "xun-compact", "litellm", "
 def machine_block() -> str:
     runs = []
     first: dict[str, Any] | None = None
-    names = ("overhead", "overhead-experiments", "economy", "economy-compactors", "scale", "wires")
+    names = (
+        "overhead",
+        "overhead-experiments",
+        "economy",
+        "economy-compactors",
+        "scale",
+        "wires",
+        "wires-rerun",
+    )
     for name in names:
         data = read_result(name)
         if not data:
@@ -501,7 +509,9 @@ def wires_block(name: str = "wires") -> str:
         f"average {data['machine'].get('loadavg_at_start')} at its start. `{data['command']}` "
         f"with `XUN_CACHE_READ_FACTORS='{data['env']['XUN_CACHE_READ_FACTORS']}'`."
         + "".join(
-            f" `[{label}]`: the proxy of `{info['dir']}` (commit {info.get('commit')}) beside it."
+            f" `[{label}]`: the proxy from `{info['dir']}`"
+            + (f" (commit {info['commit']})" if info.get("commit") else "")
+            + " beside it."
             for label, info in (data.get("compared") or {}).items()
         )
         + "\n",
@@ -633,6 +643,7 @@ BLOCKS = {
     "experiments-head": lambda: experiments_block("overhead-experiments-head"),
     "trail": trail_block,
     "wires": wires_block,
+    "wires-rerun": lambda: wires_block("wires-rerun"),
 }
 
 
