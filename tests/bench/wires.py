@@ -358,18 +358,42 @@ class Other:
     log: ProxyLog
 
 
-def shared_targets(upstream: str, proxy: str, log: ProxyLog, wire: str) -> list[Target]:
+def shared_targets(
+    upstream: str, proxy: str, log: ProxyLog, wire: str, others: list[Other]
+) -> list[Target]:
     spec = SPECS[wire]
     url = proxy + spec.path
-    below = {"expect_compaction": "none", "watch": log}
-    over = {**below, "threshold": OVER_THRESHOLD}
-    return [
+    targets = [
         Target("direct", upstream + spec.path, spec),
-        Target("per-worker", url, spec, session="worker", **below),  # type: ignore[arg-type]
-        Target("shared", url, spec, session="shared", **below),  # type: ignore[arg-type]
-        Target("per-worker-over", url, spec, session="worker", **over),  # type: ignore[arg-type]
-        Target("shared-over", url, spec, session="shared", **over),  # type: ignore[arg-type]
+        Target("per-worker", url, spec, session="worker", expect_compaction="none", watch=log),
+        Target("shared", url, spec, session="shared", expect_compaction="none", watch=log),
     ]
+    over = {"expect_compaction": "none", "threshold": OVER_THRESHOLD}
+    targets += [
+        Target("per-worker-over", url, spec, session="worker", watch=log, **over),  # type: ignore[arg-type]
+        Target("shared-over", url, spec, session="shared", watch=log, **over),  # type: ignore[arg-type]
+    ]
+    for other in others:
+        where = other.url + spec.path
+        targets += [
+            Target(
+                f"shared[{other.label}]",
+                where,
+                spec,
+                session="shared",
+                expect_compaction="none",
+                watch=other.log,
+            ),
+            Target(
+                f"shared-over[{other.label}]",
+                where,
+                spec,
+                session="shared",
+                watch=other.log,
+                **over,  # type: ignore[arg-type]
+            ),
+        ]
+    return targets
 
 
 async def buffering_check(targets: list[Target], run: str) -> dict[str, Any]:
@@ -455,7 +479,7 @@ async def measure(
     for wire in args.shared_wires:
         began = time.perf_counter()
         cell = await measure_cell(
-            shared_targets(upstream, proxy, log, wire),
+            shared_targets(upstream, proxy, log, wire, others),
             payloads[False],
             stream=False,
             concurrency=16,
@@ -599,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="LABEL=DIR",
         help="also run the proxy of another checkout (e.g. a worktree of an earlier commit) "
-        "as targets WIRE/session[LABEL] in part 1; repeatable",
+        "as targets WIRE/session[LABEL] in part 1 and shared[LABEL], shared-over[LABEL] in "
+        "part 2; repeatable",
     )
     parser.add_argument("--tag", default="", help="suffix of the result file")
     args = parser.parse_args(argv)
