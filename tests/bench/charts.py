@@ -112,6 +112,11 @@ def economy_chart(result: dict[str, Any], path: Path) -> Path:
 
 
 def main() -> list[Path]:
+    try:
+        _plt()
+    except ModuleNotFoundError as exc:  # the bench extra is not installed
+        print(f"charts not redrawn ({exc}; `pip install -e '.[bench]'` adds matplotlib)")
+        return []
     OUT.mkdir(parents=True, exist_ok=True)
     written = []
     overhead = read_result("overhead")

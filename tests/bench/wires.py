@@ -2,6 +2,12 @@
 
     python -m tests.bench.wires             # about 4 minutes
     python -m tests.bench.wires --quick     # about 1 minute
+    python -m tests.bench.wires --full --compare before=../other-checkout   # ~7 minutes
+
+`--full` adds streams at 16 connections; `--compare LABEL=DIR` runs the proxy of another
+checkout (DIR holds its `proxy/` package) beside this one, as `WIRE/session[LABEL]`,
+`shared[LABEL]` and `shared-over[LABEL]`, so a change is measured against its baseline in
+the same run.
 
 One fast fake upstream (`tests.bench.fast_upstream`, which answers Chat Completions,
 Responses and Messages at once) and one xun-proxy process (`python -m proxy serve`, SQLite
