@@ -236,6 +236,14 @@ def test_claude_code_through_the_proxy_compacts(
         model.proxy_summaries > 0 and bool(summaries),
         (model.proxy_summaries, summaries),
     )
+    # The artifact trail goes with the summary: the files Claude Code's Read tool read in
+    # the summarised span, as its own arguments named them.
+    trails = ["\n".join(system_texts(loop[n])).split("## artifact_trail", 1)[-1] for n in summaries]
+    checks.check(
+        "the artifact trail names the files read before the summary",
+        bool(trails) and all(str(paths[0]) in trail for trail in trails),
+        trails[:1],
+    )
 
     last, direct_last = count_input_tokens(loop[-1]), count_input_tokens(baseline[-1])
     checks.check(

@@ -280,9 +280,14 @@ def test_a_summary_reaches_later_requests(summarised: Recorded) -> None:
     assert later, "nothing was sent after the summary"
     codex_developer = proxied.requests[0].json["input"][0]
     for record, marker in later:
-        assert marker in seen_text(record.json)
+        seen = seen_text(record.json)
+        assert marker in seen
         # The summary joins Codex's own instructions, never replaces them.
         assert codex_developer in input_items(record.json)
+        # The artifact trail goes with it: the files Codex read in the summarised span,
+        # named as Codex's own exec_command named them.
+        assert "## artifact_trail" in seen
+        assert "file_1.txt" in seen.split("## artifact_trail", 1)[1]
 
 
 def test_the_last_request_is_at_most_60_percent_of_the_direct_one(
