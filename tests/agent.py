@@ -96,15 +96,13 @@ class Agent:
         self.messages.append(message.model_dump())
         for call in message.tool_calls or []:
             assert call.function.name != EXTRACT_TOOL_NAME, "the proxy leaked its own tool"
-            n = len(self.messages)
-            self.messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call.id,
-                    "content": tool_output(n, self.output_size),
-                }
-            )
+            content = self.run_tool(call)
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         return resp
+
+    def run_tool(self, call: Any) -> str:
+        """The output of one of the model's tool calls (an SDK tool call object)."""
+        return tool_output(len(self.messages), self.output_size)
 
     def run(self, turns: int, **extra: Any) -> None:
         for _ in range(turns):

@@ -283,6 +283,12 @@ class FakeMessages(FakeUpstream):
         with self._lock:
             return [r for r in self.requests if r.path == "/v1/messages/count_tokens"]
 
+    def input_tokens(self, body: dict[str, Any]) -> int:
+        """A request's input tokens as this server counts them: what `count_tokens` answers
+        and what `context_window` is held against. `count_input_tokens` here; a subclass
+        stands for another tokenizer (tests/fake_counting.py) and splits `_input_usage` alike."""
+        return count_input_tokens(body)
+
     def _next_turn(self, body: dict[str, Any]) -> Turn:
         with self._lock:
             scripted = self._turns.popleft() if self._turns else self.policy
@@ -337,7 +343,7 @@ class FakeMessages(FakeUpstream):
         invalid = self._validate(body, record.headers, need_max_tokens=False)
         if invalid is not None:
             return self._anthropic_json(record, 400, invalid)
-        return self._anthropic_json(record, 200, {"input_tokens": count_input_tokens(body)})
+        return self._anthropic_json(record, 200, {"input_tokens": self.input_tokens(body)})
 
     async def _messages(self, request: Request) -> Response:
         record = await self._record(request)
@@ -345,7 +351,7 @@ class FakeMessages(FakeUpstream):
         invalid = self._validate(body, record.headers, need_max_tokens=True)
         if invalid is not None:
             return self._anthropic_json(record, 400, invalid)
-        total = count_input_tokens(body)
+        total = self.input_tokens(body)
         window = self.context_window
         if window is not None and total > window:
             turn = Turn.prompt_too_long(total, window)

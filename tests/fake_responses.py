@@ -476,6 +476,12 @@ class FakeResponses(FakeUpstream):
             self.issued[item_id] = blob
         return blob
 
+    def input_tokens(self, body: dict[str, Any], items: list[dict[str, Any]]) -> int:
+        """A request's input tokens as this server counts them: for its `usage`, its cache and
+        against `context_window`. `count_input_tokens` here; a subclass stands for another
+        tokenizer (tests/fake_counting.py)."""
+        return count_input_tokens(body, items)
+
     def _next_turn(self, request: ResponsesRequest) -> Turn:
         with self._lock:
             scripted = self._turns.popleft() if self._turns else self.policy
@@ -499,7 +505,7 @@ class FakeResponses(FakeUpstream):
             self._prefixes.append(keys)
         if best == 0:
             return 0
-        tokens = count_input_tokens(body, items[: best - 1])
+        tokens = self.input_tokens(body, items[: best - 1])
         return 0 if tokens < _CACHE_MIN else tokens // _CACHE_STEP * _CACHE_STEP
 
     def _refusal(
@@ -568,7 +574,7 @@ class FakeResponses(FakeUpstream):
             return self._json(record, checked[0], checked[1])
         body, items = checked
         seen = ResponsesRequest(body, items, record.headers)
-        tokens = count_input_tokens(body, items)
+        tokens = self.input_tokens(body, items)
         window = self.context_window
         turn = (
             Turn.context_length_exceeded()

@@ -398,6 +398,12 @@ class FakeUpstream:
     def wait_for_disconnect(self, count: int = 1, timeout: float = 5.0) -> bool:
         return self.wait_for(lambda: self.disconnects >= count, timeout)
 
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """A chat request's prompt tokens as this server counts them: for its `usage` and
+        against `context_window`. `count_prompt_tokens` here; a subclass stands for another
+        tokenizer or chat template (tests/fake_counting.py)."""
+        return count_prompt_tokens(body)
+
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
             scripted = self._queue.popleft() if self._queue else self.default
@@ -490,7 +496,7 @@ class FakeUpstream:
         invalid = _validate_chat(body)
         if invalid is not None:
             return self._json(record, 400, invalid)
-        prompt_tokens = count_prompt_tokens(body)
+        prompt_tokens = self.prompt_tokens(body)
         window = self.context_window
         if window is not None and prompt_tokens > window:
             reply = Reply.context_length_exceeded(window, prompt_tokens)

@@ -1,0 +1,505 @@
+"""Sessions survive models whose token count is not the proxy's estimate (issue 16).
+
+A real server bills, and refuses, by what its tokenizer and chat template make of a request;
+the proxy sizes what it sends by an estimate (chars / 4 + 4 a message). Each test runs a
+scripted tool session through the proxy (real uvicorn, the official SDK, a session header)
+against a fake of tests/fake_counting.py that counts otherwise and refuses a prompt over its
+window in the API's exact shape. The threshold is the one a user sets for that window (60 %
+of it), and the session grows past three times the window. What must hold:
+
+- every turn is answered 200: no context-length refusal reaches the client;
+- every tool result stays retrievable: once a result is no longer shown in full, the model asks
+  for it back with `extract_compacted_tool_result`, and the proxy answers with the original;
+- with `compactor: seed`, the seed's rules are what shape each request (placeholders, keep
+  counts, escalation, the summary's system message).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.compact import format_compacted_summary, placeholder_for
+from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
+from tests.agent import SYSTEM, TOOLS, Agent, is_summary_request
+from tests.claude_checks import extract_rounds, main_requests, messages_settings
+from tests.claude_model import ReadFilesModel
+from tests.conftest import proxy_settings
+from tests.fake_counting import (
+    ScaledMessages,
+    ScaledResponses,
+    ScaledUpstream,
+    ToolBlindUpstream,
+    chat_refusals,
+)
+from tests.fake_responses import FILE_RE, ReadFiles, file_text, input_items, item_text
+from tests.fake_upstream import FakeUpstream, RecordedRequest, Reply
+from tests.servers import UvicornThread
+
+MODEL = "small-local-model"  # no window the proxy knows: only the user's threshold
+WINDOW_SHARE = 0.6  # the threshold a user sets for a window (the proxy's own default share)
+COMPACTORS = ["seed", "cache-aware"]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    window: int  # the upstream's context window, in its own tokens
+    output_chars: int  # one tool result
+    text_chars: int  # what the model says before each call
+    turns: int  # client turns before the model stops reading
+
+    @property
+    def threshold(self) -> int:
+        return int(self.window * WINDOW_SHARE)
+
+
+def file_body(path: str, size: int) -> str:
+    """What `read_file(path)` returns: recognisable lines, `size` characters."""
+    line = f"{path}: " + "def f(x): return x + 1  # " + "q" * 30 + "\n"
+    return (line * (size // len(line) + 1))[:size]
+
+
+@contextmanager
+def serve_proxy(settings: Any) -> Iterator[UvicornThread]:
+    with UvicornThread(create_app(settings)) as proxy:
+        yield proxy
+
+
+# --- Chat Completions ------------------------------------------------------------------
+
+
+class FileReader:
+    """The model: reads src/file_N.py one a turn, saying `text_chars` of words first.
+
+    Before reading, it asks back the oldest of its results that the request no longer shows in
+    full (a placeholder, or summarised away) and that it has not checked yet, one a turn, and
+    keeps the proxy's answer (`answers`). Once `draining`, it reads no more: it answers in text
+    and only asks back what is left. Summary requests get a short summary.
+    """
+
+    def __init__(self, sizes: Sizes) -> None:
+        self.sizes = sizes
+        self.paths: dict[str, str] = {}  # read call id -> path, in order
+        self.asked: dict[str, str] = {}  # extract call id -> read call id
+        self.answers: dict[str, str] = {}  # read call id -> what the proxy answered
+        self.waiting: list[str] = []  # hidden and unchecked, as of the last request
+        self.summaries = 0
+        self.draining = False
+
+    def shown_in_full(self, messages: list[dict[str, Any]]) -> set[str]:
+        return {
+            str(m.get("tool_call_id"))
+            for m in messages
+            if m.get("role") == "tool"
+            and m.get("tool_call_id") in self.paths
+            and content_text(m.get("content"))
+            == file_body(self.paths[str(m["tool_call_id"])], self.sizes.output_chars)
+        }
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            self.summaries += 1
+            return Reply.text(
+                f"## overview\nSummary {self.summaries}: files 1 to {len(self.paths)} were read."
+            )
+        messages = body["messages"]
+        last = messages[-1]
+        if last.get("role") == "tool" and last.get("tool_call_id") in self.asked:
+            self.answers[self.asked[last["tool_call_id"]]] = content_text(last.get("content"))
+        full = self.shown_in_full(messages)
+        self.waiting = [i for i in self.paths if i not in full and i not in self.answers]
+        offered = any(
+            (t.get("function") or {}).get("name") == EXTRACT_TOOL_NAME
+            for t in body.get("tools") or []
+        )
+        if self.waiting and offered and last.get("tool_call_id") not in self.asked:
+            call_id = f"call_x{len(self.asked):03d}"
+            self.asked[call_id] = self.waiting[0]
+            return Reply.tool(EXTRACT_TOOL_NAME, {"toolcall_id": self.waiting[0]}, id=call_id)
+        words = ("I have read the previous file; the next one continues the module. " * 40)[
+            : self.sizes.text_chars
+        ]
+        if self.draining:
+            return Reply.text(words)
+        n = len(self.paths) + 1
+        call_id = f"call_read{n:03d}"
+        self.paths[call_id] = f"src/file_{n}.py"
+        return Reply.tool("read_file", {"path": self.paths[call_id]}, id=call_id, content=words)
+
+
+class FileAgent(Agent):
+    """The client: runs `read_file`, and says "Go on." after an answer in text."""
+
+    def __init__(self, client: openai.OpenAI, sizes: Sizes) -> None:
+        super().__init__(client, model=MODEL)
+        self.sizes = sizes
+
+    def run_tool(self, call: Any) -> str:
+        return file_body(json.loads(call.function.arguments)["path"], self.sizes.output_chars)
+
+    def step(self, **extra: Any) -> Any:
+        last = self.messages[-1]
+        if last["role"] == "assistant" and not last.get("tool_calls"):
+            self.messages.append({"role": "user", "content": "Go on."})
+        return super().step(**extra)
+
+
+@dataclass
+class Outcome:
+    """One client turn: its status, what the proxy did, what reached the upstream."""
+
+    status: int
+    code: str | None
+    compaction: str | None
+    requests: list[RecordedRequest] = field(default_factory=list)
+    refused: int = 0  # upstream requests refused for their length
+
+
+def take_turn(agent: FileAgent, fake: FakeUpstream) -> Outcome:
+    before = len(fake.chat_requests)
+    try:
+        response = agent.step()
+        outcome = Outcome(200, None, response.headers.get("x-xun-compaction"))
+    except openai.APIStatusError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        outcome = Outcome(exc.status_code, str(body.get("code")), None)
+    outcome.requests = fake.chat_requests[before:]
+    window = fake.context_window or 0
+    outcome.refused = sum(fake.prompt_tokens(r.json) > window for r in outcome.requests)
+    return outcome
+
+
+def stuck(outcomes: list[Any]) -> bool:
+    """Three refusals in a row: the history no longer changes, so the session is over."""
+    return len(outcomes) >= 3 and all(o.status != 200 for o in outcomes[-3:])
+
+
+def failures(outcomes: list[Any]) -> list[str]:
+    return [f"turn {n}: {o.status} {o.code}" for n, o in enumerate(outcomes, 1) if o.status != 200]
+
+
+CHAT_FAKES: dict[str, tuple[type[FakeUpstream], Sizes]] = {
+    # Tool results are invisible to the bill: only the model's words and calls grow it.
+    "tool-blind": (
+        ToolBlindUpstream,
+        Sizes(window=1536, output_chars=1600, text_chars=600, turns=32),
+    ),
+    "scaled-1.5x": (
+        ScaledUpstream,
+        Sizes(window=4096, output_chars=1200, text_chars=160, turns=30),
+    ),
+}
+
+
+@dataclass
+class ChatRun:
+    """A finished chat session: the model, the client, each turn, and what the fake saw."""
+
+    sizes: Sizes
+    model: FileReader
+    agent: FileAgent
+    outcomes: list[Outcome]
+    grown: int  # the client's whole history, by the fake's count
+    refused: list[int]  # the tokens of each request the fake refused for its length
+    sent: list[dict[str, Any]]  # the model requests (no summaries), in order
+
+
+def run_chat(kind: str, compactor: str) -> ChatRun:
+    fake_class, sizes = CHAT_FAKES[kind]
+    with fake_class() as fake:
+        fake.context_window = sizes.window
+        fake.default = model = FileReader(sizes)
+        settings = proxy_settings(fake, token_threshold=sizes.threshold, compactor=compactor)
+        with (
+            serve_proxy(settings) as proxy,
+            openai.OpenAI(
+                base_url=proxy.url + "/v1",
+                api_key="sk-test",
+                max_retries=0,
+                default_headers={"X-Session-Id": f"{kind}-{compactor}"},
+            ) as client,
+        ):
+            agent = FileAgent(client, sizes)
+            outcomes: list[Outcome] = []
+            while len(outcomes) < sizes.turns and not stuck(outcomes):
+                outcomes.append(take_turn(agent, fake))
+            model.draining = True
+            for _ in range(sizes.turns):  # until everything hidden was asked back
+                if stuck(outcomes) or (not model.waiting and outcomes[-1].status == 200):
+                    break
+                outcomes.append(take_turn(agent, fake))
+        history = {"model": MODEL, "messages": agent.messages, "tools": TOOLS}
+        return ChatRun(
+            sizes=sizes,
+            model=model,
+            agent=agent,
+            outcomes=outcomes,
+            grown=fake.prompt_tokens(history),
+            refused=[tokens for _, tokens in chat_refusals(fake)],
+            sent=[r.json for r in fake.chat_requests if not is_summary_request(r.json)],
+        )
+
+
+@pytest.mark.parametrize("compactor", COMPACTORS)
+@pytest.mark.parametrize("kind", list(CHAT_FAKES))
+def test_a_chat_session_outgrows_the_window(kind: str, compactor: str) -> None:
+    run = run_chat(kind, compactor)
+    sizes, model, outcomes, grown, refused, sent = (
+        run.sizes,
+        run.model,
+        run.outcomes,
+        run.grown,
+        run.refused,
+        run.sent,
+    )
+
+    assert failures(outcomes) == [], f"refusals the upstream made: {refused}"
+    assert grown >= 3 * sizes.window, f"the session reached only {grown} tokens"
+    # Every result is retrievable: asked back and answered with the original, or still
+    # shown in full to the model at the end.
+    full = model.shown_in_full(sent[-1]["messages"])
+    lost = [
+        call_id
+        for call_id, path in model.paths.items()
+        if call_id not in full and model.answers.get(call_id) != file_body(path, sizes.output_chars)
+    ]
+    assert lost == [], f"results not retrievable: {lost}"
+    assert model.answers, "nothing was ever compacted"
+    if compactor == "seed":
+        assert seed_rules_broken(outcomes) == []
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if m.get("role") == "tool"]
+
+
+def seed_rules_broken(outcomes: list[Outcome]) -> list[str]:
+    """What in the upstream requests the seed's rules (seed-spec.md, section 3) would not do.
+
+    - a level-1 placeholder is the seed's text for that result's id, in place;
+    - placeholders are the oldest results: none follows a result shown in full;
+    - a turn that reclaimed only (`toolcall`), on its first try, keeps the newest 12 in full;
+    - after two cheap rounds the next compaction is a summary: never three `toolcall` turns
+      without a summary between them;
+    - a summary goes in the system message in the seed's template, and the client's system
+      prompt follows it unchanged (a persist section).
+    """
+    broken: list[str] = []
+    cheap_rounds = 0
+    for number, outcome in enumerate(outcomes, 1):
+        model = [r for r in outcome.requests if not is_summary_request(r.json)]
+        for record in model:
+            results = tool_messages(record.json)
+            shown = [content_text(m.get("content")) for m in results]
+            marks = [
+                text == placeholder_for(str(m["tool_call_id"]))
+                for m, text in zip(results, shown, strict=True)
+            ]
+            if any(
+                "[Compacted, ID:" in text
+                for text, mark in zip(shown, marks, strict=True)
+                if not mark
+            ):
+                broken.append(f"turn {number}: a placeholder not in the seed's text")
+            if marks != sorted(marks, reverse=True):
+                broken.append(f"turn {number}: a placeholder after a result shown in full")
+        first = model[0].json if model else None
+        if outcome.compaction == "toolcall" and first is not None and not outcome.refused:
+            results = tool_messages(first)
+            full = [
+                m for m in results if not content_text(m.get("content")).startswith("[Compacted")
+            ]
+            if len(full) != min(12, len(results)):
+                broken.append(f"turn {number}: toolcall kept {len(full)} results in full, not 12")
+        if outcome.compaction == "toolcall":
+            cheap_rounds += 1
+            if cheap_rounds > 2:
+                broken.append(f"turn {number}: a third cheap round without a summary")
+        elif outcome.compaction == "summary":
+            cheap_rounds = 0
+            system = first["messages"][0]["content"] if first else ""
+            summary_open = format_compacted_summary("").split("<conversation_summary>")[0]
+            if not (system.startswith(summary_open) and system.endswith(SYSTEM)):
+                broken.append(f"turn {number}: the summary's system message is not the seed's")
+    return broken
+
+
+# --- the Responses API -----------------------------------------------------------------
+
+RESPONSES_SIZES = Sizes(window=4096, output_chars=1200, text_chars=0, turns=28)
+READ_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+@pytest.mark.parametrize("compactor", COMPACTORS)
+def test_a_responses_session_outgrows_the_window(compactor: str) -> None:
+    """A stateless Responses loop (the whole `input` each turn) against a 1.5x count."""
+    sizes = RESPONSES_SIZES
+    with ScaledResponses(scale=1.5) as fake:
+        fake.context_window = sizes.window
+        fake.policy = model = ReadFiles(sizes.turns, tool="read_file")
+        settings = proxy_settings(fake, token_threshold=sizes.threshold, compactor=compactor)
+        items: list[dict[str, Any]] = [
+            {"role": "developer", "content": SYSTEM},
+            {"role": "user", "content": "Read file_1.txt, file_2.txt, ... one by one."},
+        ]
+        outcomes: list[Outcome] = []
+        with (
+            serve_proxy(settings) as proxy,
+            openai.OpenAI(
+                base_url=proxy.url + "/v1",
+                api_key="sk-test",
+                max_retries=0,
+                default_headers={"X-Session-Id": f"responses-{compactor}"},
+            ) as client,
+        ):
+            while len(outcomes) <= sizes.turns and not stuck(outcomes):
+                try:
+                    raw = client.responses.with_raw_response.create(
+                        model=MODEL,
+                        input=items,  # type: ignore[arg-type]
+                        tools=[READ_TOOL],  # type: ignore[list-item]
+                        store=False,
+                        include=["reasoning.encrypted_content"],
+                    )
+                except openai.APIStatusError as exc:
+                    body = exc.body if isinstance(exc.body, dict) else {}
+                    outcomes.append(Outcome(exc.status_code, str(body.get("code")), None))
+                    continue
+                outcomes.append(Outcome(200, None, raw.headers.get("x-xun-compaction")))
+                response = raw.parse()
+                for item in response.output:
+                    items.append(item.model_dump(exclude_none=True))
+                    if item.type == "function_call":
+                        n = int(FILE_RE.search(item.arguments).group(1))  # type: ignore[union-attr]
+                        output = file_text(n, sizes.output_chars)
+                        items.append(
+                            {
+                                "type": "function_call_output",
+                                "call_id": item.call_id,
+                                "output": output,
+                            }
+                        )
+                if response.output_text:
+                    break
+        grown = fake.input_tokens({"model": MODEL, "tools": [READ_TOOL]}, items)
+        answers = [
+            item_text(i)
+            for r in fake.responses_requests
+            for i in input_items(r.json)
+            if i.get("call_id") in model.extract_call_ids and "output" in i
+        ]
+
+    assert failures(outcomes) == []
+    assert grown >= 3 * sizes.window, f"the session reached only {grown} tokens"
+    assert model.extracted, "the model never saw a compacted output"
+    # The one output the model asked back came back whole: the proxy answered it.
+    assert answers and answers[0].startswith("file ") and len(answers[0]) == sizes.output_chars
+
+
+# --- the Messages API ------------------------------------------------------------------
+
+MESSAGES_SIZES = Sizes(window=4096, output_chars=1200, text_chars=0, turns=30)
+MESSAGES_MODEL = "claude-opus-4-8"
+MESSAGES_TOOL = {
+    "name": "read_file",
+    "description": "Read a file of the project",
+    "input_schema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
+}
+
+
+@pytest.mark.parametrize("compactor", COMPACTORS)
+def test_a_messages_session_outgrows_the_window(compactor: str) -> None:
+    """A streamed Anthropic tool loop with thinking against a 1.5x count."""
+    sizes = MESSAGES_SIZES
+    paths = [f"src/file_{n:02d}.py" for n in range(1, sizes.turns + 1)]
+    with ScaledMessages(scale=1.5) as fake:
+        fake.context_window = sizes.window
+        fake.policy = model = ReadFilesModel(paths, tool="read_file", path_key="path")
+        settings = messages_settings(fake, token_threshold=sizes.threshold, compactor=compactor)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files in order."}]
+        outcomes: list[Outcome] = []
+        with (
+            serve_proxy(settings) as proxy,
+            anthropic.Anthropic(
+                base_url=proxy.url,
+                api_key="sk-ant-test",
+                max_retries=0,
+                default_headers={"X-Session-Id": f"messages-{compactor}"},
+            ) as client,
+        ):
+            while len(outcomes) <= sizes.turns + 2 and not stuck(outcomes):
+                try:
+                    with client.messages.stream(
+                        model=MESSAGES_MODEL,
+                        max_tokens=1024,
+                        system=SYSTEM,
+                        tools=[MESSAGES_TOOL],  # type: ignore[list-item]
+                        thinking={"type": "enabled", "budget_tokens": 512},
+                        messages=messages,  # type: ignore[arg-type]
+                    ) as events:
+                        reply = events.get_final_message()
+                        compaction = events.response.headers.get("x-xun-compaction")
+                except anthropic.APIStatusError as exc:
+                    body = exc.body if isinstance(exc.body, dict) else {}
+                    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+                    outcomes.append(Outcome(exc.status_code, str(error.get("type")), None))
+                    continue
+                outcomes.append(Outcome(200, None, compaction))
+                messages.append(
+                    {"role": "assistant", "content": [b.model_dump() for b in reply.content]}
+                )
+                calls = [b for b in reply.content if b.type == "tool_use"]
+                if not calls:
+                    break
+                results = [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": c.id,
+                        "content": file_body(str(c.input["path"]), sizes.output_chars),  # type: ignore[index]
+                    }
+                    for c in calls
+                ]
+                messages.append({"role": "user", "content": results})
+        grown = fake.input_tokens(
+            {
+                "model": MESSAGES_MODEL,
+                "system": SYSTEM,
+                "tools": [MESSAGES_TOOL],
+                "messages": messages,
+            }
+        )
+        rounds = [
+            pair for body in main_requests(fake, tool="read_file") for pair in extract_rounds(body)
+        ]
+
+    assert failures(outcomes) == []
+    assert grown >= 3 * sizes.window, f"the session reached only {grown} tokens"
+    assert model.extracted, "the model never saw a compacted output"
+    answered = [result for _, result in rounds if result is not None]
+    assert answered, "the proxy answered no extract call"
+    text = answered[0]["content"]
+    text = text if isinstance(text, str) else "".join(b.get("text", "") for b in text)
+    assert text.startswith("src/file_") and len(text) == sizes.output_chars
