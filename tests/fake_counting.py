@@ -94,7 +94,8 @@ class ScaledMessages(FakeMessages):
 
 
 def chat_refusals(fake: FakeUpstream) -> list[tuple[RecordedRequest, int]]:
-    """The chat requests `fake` refused for their length, with the tokens it counted."""
+    """The chat requests `fake` refused for their length, with the tokens it counted
+    (against its window as it is now: set the window before the requests)."""
     window = fake.context_window
     found = []
     for record in fake.chat_requests:
