@@ -212,8 +212,9 @@ class ChatRun:
     sent: list[dict[str, Any]]  # the model requests (no summaries), in order
 
 
-def run_chat(kind: str, compactor: str) -> ChatRun:
-    fake_class, sizes = CHAT_FAKES[kind]
+def run_chat(kind: str, compactor: str, sizes: Sizes | None = None) -> ChatRun:
+    fake_class, default_sizes = CHAT_FAKES[kind]
+    sizes = sizes or default_sizes
     with fake_class() as fake:
         fake.context_window = sizes.window
         fake.default = model = FileReader(sizes)
@@ -275,6 +276,17 @@ def test_a_chat_session_outgrows_the_window(kind: str, compactor: str) -> None:
     assert model.answers, "nothing was ever compacted"
     if compactor == "seed":
         assert seed_rules_broken(outcomes) == []
+
+
+def test_the_seed_rules_are_unchanged_when_nothing_is_refused() -> None:
+    """A window that the seed's own rules keep the session under, billed at 1.5x: the seed
+    compacts as it always did (two cheap rounds, then a summary; 12 results kept)."""
+    sizes = Sizes(window=14_000, output_chars=1200, text_chars=100, turns=40)
+    run = run_chat("scaled-1.5x", "seed", sizes)
+    assert failures(run.outcomes) == [] and run.refused == []
+    assert seed_rules_broken(run.outcomes) == []
+    levels = [o.compaction for o in run.outcomes if o.compaction not in ("none", None)]
+    assert levels[:3] == ["toolcall", "toolcall", "summary"], levels
 
 
 def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
