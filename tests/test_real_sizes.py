@@ -160,7 +160,7 @@ class Outcome:
     code: str | None
     compaction: str | None
     requests: list[RecordedRequest] = field(default_factory=list)
-    refused: int = 0  # upstream requests refused for their length
+    refused: list[bool] = field(default_factory=list)  # per request: refused for its length
 
 
 def take_turn(agent: FileAgent, fake: FakeUpstream) -> Outcome:
@@ -173,7 +173,7 @@ def take_turn(agent: FileAgent, fake: FakeUpstream) -> Outcome:
         outcome = Outcome(exc.status_code, str(body.get("code")), None)
     outcome.requests = fake.chat_requests[before:]
     window = fake.context_window or 0
-    outcome.refused = sum(fake.prompt_tokens(r.json) > window for r in outcome.requests)
+    outcome.refused = [fake.prompt_tokens(r.json) > window for r in outcome.requests]
     return outcome
 
 
@@ -307,7 +307,11 @@ def seed_rules_broken(outcomes: list[Outcome]) -> list[str]:
     broken: list[str] = []
     cheap_rounds = 0
     for number, outcome in enumerate(outcomes, 1):
-        model = [r for r in outcome.requests if not is_summary_request(r.json)]
+        model = [
+            r
+            for r, refused in zip(outcome.requests, outcome.refused, strict=True)
+            if not refused and not is_summary_request(r.json)
+        ]
         for record in model:
             results = tool_messages(record.json)
             shown = [content_text(m.get("content")) for m in results]
@@ -323,8 +327,10 @@ def seed_rules_broken(outcomes: list[Outcome]) -> list[str]:
                 broken.append(f"turn {number}: a placeholder not in the seed's text")
             if marks != sorted(marks, reverse=True):
                 broken.append(f"turn {number}: a placeholder after a result shown in full")
+        # The turn's first request (later ones add the extract round's answer), and the last.
         first = model[0].json if model else None
-        if outcome.compaction == "toolcall" and first is not None and not outcome.refused:
+        last = model[-1].json if model else None
+        if outcome.compaction == "toolcall" and first is not None and not any(outcome.refused):
             results = tool_messages(first)
             full = [
                 m for m in results if not content_text(m.get("content")).startswith("[Compacted")
@@ -337,7 +343,7 @@ def seed_rules_broken(outcomes: list[Outcome]) -> list[str]:
                 broken.append(f"turn {number}: a third cheap round without a summary")
         elif outcome.compaction == "summary":
             cheap_rounds = 0
-            system = first["messages"][0]["content"] if first else ""
+            system = last["messages"][0]["content"] if last else ""
             summary_open = format_compacted_summary("").split("<conversation_summary>")[0]
             if not (system.startswith(summary_open) and system.endswith(SYSTEM)):
                 broken.append(f"turn {number}: the summary's system message is not the seed's")
