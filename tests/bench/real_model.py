@@ -68,7 +68,7 @@ _COUNTED = (re.compile(r"(\d+) in the messages"), re.compile(r"resulted in (\d+)
 
 def installed() -> tuple[Path, Path]:
     """The llama.cpp server's python and the model file; an error naming the install script."""
-    python, model = HOME / "venv" / "bin" / "python", HOME / MODEL_FILE
+    python, model = HOME / "bin" / "python", HOME / MODEL_FILE
     if not python.exists() or not model.exists():
         raise RuntimeError(f"no real model in {HOME}: run ./scripts/real-model first")
     return python, model
@@ -235,7 +235,10 @@ def run_session(
                 reply = raw.parse().choices[0].message
                 compaction = raw.headers.get("x-xun-compaction")
                 done.append(Turn(number, 200, compaction, None, recorder.exchanges[before:]))
-                messages.append(reply.model_dump(exclude_none=True))
+                # llama.cpp's Gemma format needs a string `content`, even beside tool calls.
+                messages.append(
+                    {**reply.model_dump(exclude_none=True), "content": reply.content or ""}
+                )
                 for call in reply.tool_calls or []:
                     files += 1
                     content = file_text(files, file_chars)
