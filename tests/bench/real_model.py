@@ -40,6 +40,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.app import create_app
+from proxy.compact import SUMMARY_PROMPT
 from proxy.session import estimate_tokens
 from proxy.settings import Settings
 from tests.bench.common import CACHE, Child, free_port, machine, run_dir, table, write_result
@@ -63,6 +64,7 @@ READ_FILE: dict[str, Any] = {
 }
 FORCE_READ = {"type": "function", "function": {"name": "read_file"}}
 NEXT = "Thanks. Now read the next file of the project and tell me what it does, in one sentence."
+SUMMARY_CAP = 200  # tokens a request without max_tokens may generate (see Recorder)
 _COUNTED = (re.compile(r"(\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"))
 
 
@@ -114,10 +116,16 @@ def counted_tokens(status: int, data: Any) -> int | None:
 
 
 class Recorder:
-    """A pass-through between the proxy and the model that keeps every exchange."""
+    """A pass-through between the proxy and the model that keeps every exchange.
 
-    def __init__(self, upstream: str) -> None:
+    A request without `max_tokens` (the proxy's summary requests) gets `cap`: a small model
+    asked for a summary can write until its window is full, minutes on two shared cores,
+    where a hosted model stops at its summary's end. Prompts pass unchanged.
+    """
+
+    def __init__(self, upstream: str, cap: int = SUMMARY_CAP) -> None:
         self.upstream = upstream
+        self.cap = cap
         self.exchanges: list[Exchange] = []
         self.app = Starlette(
             routes=[Route("/{path:path}", self.relay, methods=["GET", "POST"])],
@@ -134,23 +142,23 @@ class Recorder:
     async def relay(self, request: Request) -> Response:
         assert self.client is not None
         body = await request.body()
+        sent: Any = json.loads(body) if body else None
+        chat = isinstance(sent, dict) and isinstance(sent.get("messages"), list)
+        if chat and "max_tokens" not in sent and "max_completion_tokens" not in sent:
+            sent["max_tokens"] = self.cap
+            body = json.dumps(sent).encode()
         started = time.perf_counter()
         headers = {"content-type": request.headers.get("content-type", "application/json")}
         answer = await self.client.request(
             request.method, request.url.path, content=body, headers=headers
         )
         seconds = time.perf_counter() - started
-        sent = json.loads(body) if body else {}
-        if isinstance(sent, dict) and isinstance(sent.get("messages"), list):
+        if chat:
             try:
                 data: Any = answer.json()
             except ValueError:
                 data = None
-            last = sent["messages"][-1] if sent["messages"] else {}
-            kind = "summary" if "Summarise the conversation" in json.dumps(last) else "turn"
-            if sent["messages"] and sent["messages"][0].get("role") == "system":
-                first = str(sent["messages"][0].get("content") or "")
-                kind = "summary" if first.startswith("Summarise the conversation") else kind
+            kind = "summary" if _is_summary(sent["messages"]) else "turn"
             estimate = estimate_tokens(sent["messages"])
             count = counted_tokens(answer.status_code, data)
             self.exchanges.append(Exchange(kind, answer.status_code, estimate, count, seconds))
@@ -159,6 +167,12 @@ class Recorder:
             status_code=answer.status_code,
             media_type=answer.headers.get("content-type"),
         )
+
+
+def _is_summary(messages: list[Any]) -> bool:
+    """The proxy's summary requests: its prompt leads (seed) or ends (cache-aware) them."""
+    ends = [m for m in (messages[:1] + messages[-1:]) if isinstance(m, dict)]
+    return any(str(m.get("content") or "").startswith(SUMMARY_PROMPT[:40]) for m in ends)
 
 
 @dataclass
