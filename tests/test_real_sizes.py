@@ -1,10 +1,11 @@
-"""Sessions survive models whose token count is not the proxy's estimate (issue 16).
+"""Chat sessions survive models whose token count is not the proxy's estimate (issue 16).
 
 A real server bills, and refuses, by what its tokenizer and chat template make of a request;
 the proxy sizes what it sends by an estimate (chars / 4 + 4 a message). Each test runs a
 scripted tool session through the proxy (real uvicorn, the official SDK, a session header)
-against a fake of tests/fake_counting.py that counts otherwise and refuses a prompt over its
-window in the API's exact shape. The threshold is the one a user sets for that window (60 %
+against a fake of tests/fake_counting.py that counts otherwise (a chat template that drops
+tool messages; a tokenizer that counts 1.5x) and refuses a prompt over its window with
+OpenAI's `context_length_exceeded`. The threshold is the one a user sets for that window (60 %
 of it), and the session grows past three times the window. What must hold:
 
 - every turn is answered 200: no context-length refusal reaches the client;
@@ -12,68 +13,35 @@ of it), and the session grows past three times the window. What must hold:
   for it back with `extract_compacted_tool_result`, and the proxy answers with the original;
 - with `compactor: seed`, the seed's rules are what shape each request (placeholders, keep
   counts, escalation, the summary's system message).
+
+tests/test_real_sizes_wires.py does the same on the Responses and Messages wires.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import anthropic
 import openai
 import pytest
 
-from proxy.app import create_app
 from proxy.compact import format_compacted_summary, placeholder_for
 from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
 from tests.agent import SYSTEM, TOOLS, Agent, is_summary_request
-from tests.claude_checks import extract_rounds, main_requests, messages_settings
-from tests.claude_model import ReadFilesModel
 from tests.conftest import proxy_settings
-from tests.fake_counting import (
-    ScaledMessages,
-    ScaledResponses,
-    ScaledUpstream,
-    ToolBlindUpstream,
-    chat_refusals,
+from tests.fake_counting import ScaledUpstream, ToolBlindUpstream, chat_refusals
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.real_sizes import (
+    COMPACTORS,
+    MODEL,
+    Outcome,
+    Sizes,
+    failures,
+    file_body,
+    serve_proxy,
+    stuck,
 )
-from tests.fake_responses import FILE_RE, ReadFiles, file_text, input_items, item_text
-from tests.fake_upstream import FakeUpstream, RecordedRequest, Reply
-from tests.servers import UvicornThread
-
-MODEL = "small-local-model"  # no window the proxy knows: only the user's threshold
-WINDOW_SHARE = 0.6  # the threshold a user sets for a window (the proxy's own default share)
-COMPACTORS = ["seed", "cache-aware"]
-
-
-@dataclass(frozen=True)
-class Sizes:
-    window: int  # the upstream's context window, in its own tokens
-    output_chars: int  # one tool result
-    text_chars: int  # what the model says before each call
-    turns: int  # client turns before the model stops reading
-
-    @property
-    def threshold(self) -> int:
-        return int(self.window * WINDOW_SHARE)
-
-
-def file_body(path: str, size: int) -> str:
-    """What `read_file(path)` returns: recognisable lines, `size` characters."""
-    line = f"{path}: " + "def f(x): return x + 1  # " + "q" * 30 + "\n"
-    return (line * (size // len(line) + 1))[:size]
-
-
-@contextmanager
-def serve_proxy(settings: Any) -> Iterator[UvicornThread]:
-    with UvicornThread(create_app(settings)) as proxy:
-        yield proxy
-
-
-# --- Chat Completions ------------------------------------------------------------------
 
 
 class FileReader:
@@ -152,17 +120,6 @@ class FileAgent(Agent):
         return super().step(**extra)
 
 
-@dataclass
-class Outcome:
-    """One client turn: its status, what the proxy did, what reached the upstream."""
-
-    status: int
-    code: str | None
-    compaction: str | None
-    requests: list[RecordedRequest] = field(default_factory=list)
-    refused: list[bool] = field(default_factory=list)  # per request: refused for its length
-
-
 def take_turn(agent: FileAgent, fake: FakeUpstream) -> Outcome:
     before = len(fake.chat_requests)
     try:
@@ -173,17 +130,12 @@ def take_turn(agent: FileAgent, fake: FakeUpstream) -> Outcome:
         outcome = Outcome(exc.status_code, str(body.get("code")), None)
     outcome.requests = fake.chat_requests[before:]
     window = fake.context_window or 0
-    outcome.refused = [fake.prompt_tokens(r.json) > window for r in outcome.requests]
+    for record in outcome.requests:
+        tokens = fake.prompt_tokens(record.json)
+        outcome.refused.append(tokens > window)
+        kind = "summary" if is_summary_request(record.json) else "turn"
+        outcome.trail.append(f"{kind} {tokens}" + (" refused" if tokens > window else ""))
     return outcome
-
-
-def stuck(outcomes: list[Any]) -> bool:
-    """Three refusals in a row: the history no longer changes, so the session is over."""
-    return len(outcomes) >= 3 and all(o.status != 200 for o in outcomes[-3:])
-
-
-def failures(outcomes: list[Any]) -> list[str]:
-    return [f"turn {n}: {o.status} {o.code}" for n, o in enumerate(outcomes, 1) if o.status != 200]
 
 
 CHAT_FAKES: dict[str, tuple[type[FakeUpstream], Sizes]] = {
@@ -348,176 +300,3 @@ def seed_rules_broken(outcomes: list[Outcome]) -> list[str]:
             if not (system.startswith(summary_open) and system.endswith(SYSTEM)):
                 broken.append(f"turn {number}: the summary's system message is not the seed's")
     return broken
-
-
-# --- the Responses API -----------------------------------------------------------------
-
-RESPONSES_SIZES = Sizes(window=4096, output_chars=1200, text_chars=0, turns=28)
-READ_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "read_file",
-    "description": "Read a file",
-    "parameters": {
-        "type": "object",
-        "properties": {"path": {"type": "string"}},
-        "required": ["path"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
-
-
-@pytest.mark.parametrize("compactor", COMPACTORS)
-def test_a_responses_session_outgrows_the_window(compactor: str) -> None:
-    """A stateless Responses loop (the whole `input` each turn) against a 1.5x count."""
-    sizes = RESPONSES_SIZES
-    with ScaledResponses(scale=1.5) as fake:
-        fake.context_window = sizes.window
-        fake.policy = model = ReadFiles(sizes.turns, tool="read_file")
-        settings = proxy_settings(fake, token_threshold=sizes.threshold, compactor=compactor)
-        items: list[dict[str, Any]] = [
-            {"role": "developer", "content": SYSTEM},
-            {"role": "user", "content": "Read file_1.txt, file_2.txt, ... one by one."},
-        ]
-        outcomes: list[Outcome] = []
-        with (
-            serve_proxy(settings) as proxy,
-            openai.OpenAI(
-                base_url=proxy.url + "/v1",
-                api_key="sk-test",
-                max_retries=0,
-                default_headers={"X-Session-Id": f"responses-{compactor}"},
-            ) as client,
-        ):
-            while len(outcomes) <= sizes.turns and not stuck(outcomes):
-                try:
-                    raw = client.responses.with_raw_response.create(
-                        model=MODEL,
-                        input=items,  # type: ignore[arg-type]
-                        tools=[READ_TOOL],  # type: ignore[list-item]
-                        store=False,
-                        include=["reasoning.encrypted_content"],
-                    )
-                except openai.APIStatusError as exc:
-                    body = exc.body if isinstance(exc.body, dict) else {}
-                    outcomes.append(Outcome(exc.status_code, str(body.get("code")), None))
-                    continue
-                outcomes.append(Outcome(200, None, raw.headers.get("x-xun-compaction")))
-                response = raw.parse()
-                for item in response.output:
-                    items.append(item.model_dump(exclude_none=True))
-                    if item.type == "function_call":
-                        n = int(FILE_RE.search(item.arguments).group(1))  # type: ignore[union-attr]
-                        output = file_text(n, sizes.output_chars)
-                        items.append(
-                            {
-                                "type": "function_call_output",
-                                "call_id": item.call_id,
-                                "output": output,
-                            }
-                        )
-                if response.output_text:
-                    break
-        grown = fake.input_tokens({"model": MODEL, "tools": [READ_TOOL]}, items)
-        answers = [
-            item_text(i)
-            for r in fake.responses_requests
-            for i in input_items(r.json)
-            if i.get("call_id") in model.extract_call_ids and "output" in i
-        ]
-
-    assert failures(outcomes) == []
-    assert grown >= 3 * sizes.window, f"the session reached only {grown} tokens"
-    assert model.extracted, "the model never saw a compacted output"
-    # The one output the model asked back came back whole: the proxy answered it.
-    assert answers and answers[0].startswith("file ") and len(answers[0]) == sizes.output_chars
-
-
-# --- the Messages API ------------------------------------------------------------------
-
-MESSAGES_SIZES = Sizes(window=4096, output_chars=1200, text_chars=0, turns=30)
-MESSAGES_MODEL = "claude-opus-4-8"
-MESSAGES_TOOL = {
-    "name": "read_file",
-    "description": "Read a file of the project",
-    "input_schema": {
-        "type": "object",
-        "properties": {"path": {"type": "string"}},
-        "required": ["path"],
-    },
-}
-
-
-@pytest.mark.parametrize("compactor", COMPACTORS)
-def test_a_messages_session_outgrows_the_window(compactor: str) -> None:
-    """A streamed Anthropic tool loop with thinking against a 1.5x count."""
-    sizes = MESSAGES_SIZES
-    paths = [f"src/file_{n:02d}.py" for n in range(1, sizes.turns + 1)]
-    with ScaledMessages(scale=1.5) as fake:
-        fake.context_window = sizes.window
-        fake.policy = model = ReadFilesModel(paths, tool="read_file", path_key="path")
-        settings = messages_settings(fake, token_threshold=sizes.threshold, compactor=compactor)
-        messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files in order."}]
-        outcomes: list[Outcome] = []
-        with (
-            serve_proxy(settings) as proxy,
-            anthropic.Anthropic(
-                base_url=proxy.url,
-                api_key="sk-ant-test",
-                max_retries=0,
-                default_headers={"X-Session-Id": f"messages-{compactor}"},
-            ) as client,
-        ):
-            while len(outcomes) <= sizes.turns + 2 and not stuck(outcomes):
-                try:
-                    with client.messages.stream(
-                        model=MESSAGES_MODEL,
-                        max_tokens=1024,
-                        system=SYSTEM,
-                        tools=[MESSAGES_TOOL],  # type: ignore[list-item]
-                        thinking={"type": "enabled", "budget_tokens": 512},
-                        messages=messages,  # type: ignore[arg-type]
-                    ) as events:
-                        reply = events.get_final_message()
-                        compaction = events.response.headers.get("x-xun-compaction")
-                except anthropic.APIStatusError as exc:
-                    body = exc.body if isinstance(exc.body, dict) else {}
-                    error = body.get("error") if isinstance(body.get("error"), dict) else {}
-                    outcomes.append(Outcome(exc.status_code, str(error.get("type")), None))
-                    continue
-                outcomes.append(Outcome(200, None, compaction))
-                messages.append(
-                    {"role": "assistant", "content": [b.model_dump() for b in reply.content]}
-                )
-                calls = [b for b in reply.content if b.type == "tool_use"]
-                if not calls:
-                    break
-                results = [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": c.id,
-                        "content": file_body(str(c.input["path"]), sizes.output_chars),  # type: ignore[index]
-                    }
-                    for c in calls
-                ]
-                messages.append({"role": "user", "content": results})
-        grown = fake.input_tokens(
-            {
-                "model": MESSAGES_MODEL,
-                "system": SYSTEM,
-                "tools": [MESSAGES_TOOL],
-                "messages": messages,
-            }
-        )
-        rounds = [
-            pair for body in main_requests(fake, tool="read_file") for pair in extract_rounds(body)
-        ]
-
-    assert failures(outcomes) == []
-    assert grown >= 3 * sizes.window, f"the session reached only {grown} tokens"
-    assert model.extracted, "the model never saw a compacted output"
-    answered = [result for _, result in rounds if result is not None]
-    assert answered, "the proxy answered no extract call"
-    text = answered[0]["content"]
-    text = text if isinstance(text, str) else "".join(b.get("text", "") for b in text)
-    assert text.startswith("src/file_") and len(text) == sizes.output_chars
