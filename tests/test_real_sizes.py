@@ -185,8 +185,11 @@ def run_chat(kind: str, compactor: str, sizes: Sizes | None = None) -> ChatRun:
             while len(outcomes) < sizes.turns and not stuck(outcomes):
                 outcomes.append(take_turn(agent, fake))
             model.draining = True
-            for _ in range(sizes.turns):  # until everything hidden was asked back
-                if stuck(outcomes) or (not model.waiting and outcomes[-1].status == 200):
+            # Until everything hidden was asked back; at least once, so the last result is sent.
+            for drained in range(sizes.turns):
+                if stuck(outcomes) or (
+                    drained and not model.waiting and outcomes[-1].status == 200
+                ):
                     break
                 outcomes.append(take_turn(agent, fake))
         history = {"model": MODEL, "messages": agent.messages, "tools": TOOLS}
