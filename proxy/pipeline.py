@@ -305,7 +305,7 @@ class Pipeline:
                 results = self.extract_results(extract)
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
                     self.continuations.append((rnd, results))
-                    body = self.wire.continue_body(body, rnd, results)
+                    body = self.current_body()  # as compacted, if a refusal escalated
                     continue
                 self.hide(rnd, extract, results)
             break
@@ -408,7 +408,7 @@ class Pipeline:
                     if rnd.only_extract and self.rounds_left(rounds):
                         rounds += 1
                         self.continuations.append((rnd, results))
-                        body = self.wire.continue_body(body, rnd, results)
+                        body = self.current_body()  # as compacted, if a refusal escalated
                         next_resp, error = await self.open_checked(body)
                         if error is not None:
                             yield relay.error(error.body)
