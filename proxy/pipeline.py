@@ -156,7 +156,7 @@ class Pipeline:
             return None
         state = rb.state
         model = str(self.client_body.get("model") or "")
-        window = state.context_window or self.settings.context_windows.get(model)
+        window = state.context_window or known_window(model, self.settings.context_windows)
         observed = observed_hit_ratio(state.turns)
         return Economics(
             cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
