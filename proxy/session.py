@@ -30,7 +30,13 @@ from proxy.history import (
     token_count,
     validate,
 )
-from proxy.session_state import CHAIN_SCHEME, UNSEALED, HiddenExtract, SessionState
+from proxy.session_state import (
+    CHAIN_SCHEME,
+    UNSEALED,
+    HiddenExtract,
+    SessionState,
+    add_hidden,
+)
 from proxy.wire.base import Outgoing
 
 HIDDEN_KEY_PREFIX = "xun-extract:"
@@ -361,26 +367,6 @@ def record_turn(
         }
     )
     return state
-
-
-def add_hidden(
-    state: SessionState,
-    anchor: int,
-    own_calls: list[dict[str, Any]],
-    extract_calls: list[dict[str, Any]],
-    results: list[dict[str, Any]],
-) -> None:
-    """Remember extract calls hidden from an assistant message the client will echo back."""
-    state.hidden = [h for h in state.hidden if h.anchor != anchor]
-    state.hidden.append(
-        HiddenExtract(
-            anchor=anchor,
-            visible_ids=[str(c.get("id")) for c in own_calls],
-            calls=extract_calls,
-            results=results,
-            before=UNSEALED,  # sealed when the turn is saved (seal_hidden)
-        )
-    )
 
 
 __all__ = [

@@ -183,6 +183,26 @@ class SessionState:
         }
 
 
+def add_hidden(
+    state: SessionState,
+    anchor: int,
+    own_calls: list[dict[str, Any]],
+    extract_calls: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+) -> None:
+    """Remember extract calls hidden from an assistant message the client will echo back."""
+    state.hidden = [h for h in state.hidden if h.anchor != anchor]
+    state.hidden.append(
+        HiddenExtract(
+            anchor=anchor,
+            visible_ids=[str(c.get("id")) for c in own_calls],
+            calls=extract_calls,
+            results=results,
+            before=UNSEALED,  # sealed when the turn is saved (seal_hidden)
+        )
+    )
+
+
 __all__ = [
     "CHAIN_SCHEME",
     "MAX_VIEW_BYTES",
@@ -191,4 +211,5 @@ __all__ = [
     "UNSEALED",
     "HiddenExtract",
     "SessionState",
+    "add_hidden",
 ]
