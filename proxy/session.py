@@ -192,6 +192,7 @@ def _reconcile(
         turn_log=state.turn_log,
         context_window=state.context_window,
         calibration=state.calibration,
+        pending_summary=state.pending_summary,  # an operator's request outlives an edit
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash

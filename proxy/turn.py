@@ -147,6 +147,18 @@ class Turn:
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
+            return
+        if (
+            state is not None
+            and self.rb.reset_reason == "diverged"
+            and state.compacted
+            and 2 * len(self.rb.messages) < state.prefix_len
+        ):
+            # A short, unrelated request under a compacted session's id: an agent's side
+            # call (Claude Code's title request). It goes up as sent and leaves the session
+            # alone, so the conversation's next turn still finds its summary.
+            self.rb = None
+            self.degraded = "side_request"
 
     async def _refresh(self) -> bool:
         """Rebuild from the stored state if its version moved; True when it did.

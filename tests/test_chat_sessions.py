@@ -158,3 +158,28 @@ def test_summary_is_split_when_it_does_not_fit_the_window(
     assert all(r.completed for r in fake_upstream.chat_requests)
     system = last_sent(fake_upstream)[0]["content"]
     assert "Summary number" in system and system.endswith(SYSTEM)
+
+
+def test_a_short_side_request_under_the_session_id_leaves_the_session_alone(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any, script: ModelScript
+) -> None:
+    # Agents send side calls under their session id (Claude Code titles its sessions with
+    # one): a two-message conversation of its own must not reset the compacted session.
+    proxy = make_proxy(token_threshold=8000)
+    client = openai_client(proxy, session="with-side-calls")
+    agent = Agent(client, output_size=2000)
+    compact_until(agent, "summary")
+    summaries = summary_count(fake_upstream.chat_requests)
+    summary = last_sent(fake_upstream)[0]["content"]
+    side = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Name this session in 3 words."}]
+    )
+    assert side.headers["x-xun-compaction"] == "none"
+    assert model_requests(fake_upstream.chat_requests)[-1].json["messages"] == [
+        {"role": "user", "content": "Name this session in 3 words."}
+    ]
+    agent.step()
+    # The conversation's next turn finds its summary as it was: not lost, not made again.
+    assert agent.responses[-1].headers["x-xun-compaction"] == "none"
+    assert summary_count(fake_upstream.chat_requests) == summaries
+    assert last_sent(fake_upstream)[0]["content"] == summary
