@@ -72,11 +72,9 @@ class Pipeline:
         self.extract_calls = 0
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
         self.continuations: list[tuple[Round, list[JSON]]] = []
-        # Escalation after context-length refusals: the steps, and the next one to take.
-        settings = self.settings
-        self.ladder = ladder(
-            settings.toolcall_keep_max, settings.summary_keep_max, settings.max_retries
-        )
+        # Escalation after context-length refusals: the steps (built at the first refusal),
+        # and the next one to take.
+        self.ladder: list[CompactorAbstract] | None = None
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
         self.upstream_headers: list[tuple[str, str]] = []
@@ -202,6 +200,11 @@ class Pipeline:
         missing = missing_tokens(error_body)
         threshold = self.threshold()
         removed = 0
+        if self.ladder is None:
+            settings = self.settings
+            self.ladder = ladder(
+                settings.toolcall_keep_max, settings.summary_keep_max, settings.max_retries
+            )
         while self.rung < len(self.ladder):
             step = self.ladder[self.rung]
             self.rung += 1

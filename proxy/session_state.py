@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy.history import token_count
 from proxy.turn_log import TurnLog
 
 # 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
@@ -49,11 +50,6 @@ class HiddenExtract:
     results: list[dict[str, Any]]
     before: str | None = None
     fingerprint: str | None = None
-
-
-def _count(value: Any) -> bool:
-    """A token count: an int >= 0 (not a bool, a string or a float)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _hidden(data: Mapping[str, Any]) -> HiddenExtract:
@@ -129,7 +125,7 @@ class SessionState:
         if int(data.get("state_version") or 1) < 2:
             known["chain"] = 1  # saved before the running chain: see PrefixChain.legacy_prefix
         hidden = [_hidden(h) for h in known.pop("hidden", None) or []]
-        if not _count(known.get("total_tokens")):
+        if token_count(known.get("total_tokens")) is None:
             known["total_tokens"] = None  # a bad usage value stored before it was checked
         text = known.pop("turn_log", None)
         turns = data.get("turns")  # before version 3: a list of records

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import monotonic
@@ -60,7 +59,6 @@ from proxy.wire.chat import ChatWire
 
 log = logging.getLogger("proxy.turn")
 
-_MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 
 # A lease lasts a few seconds and is renewed every quarter of that while the compaction runs:
 # the lease of a process that died is free again soon, and is seen running down before that.
@@ -73,13 +71,6 @@ SAVE_ATTEMPTS = 500
 SAVE_DEADLINE_S = 15.0
 SAVE_BACKOFF_MAX_S = 0.05
 TURNS_KEPT_WHEN_TOO_LARGE = 20
-
-
-def learned_window(error_body: Any) -> int | None:
-    err = error_body.get("error") if isinstance(error_body, dict) else None
-    text = str(err.get("message") if isinstance(err, dict) else error_body)
-    m = _MAX_CONTEXT.search(text)
-    return int(m.group(1)) if m else None
 
 
 def _parse(data: bytes) -> SessionState | None:
@@ -397,9 +388,9 @@ class Turn:
         Ours goes last, so the client's own prefix stays stable. By default it is in every
         request of a session whose client sends tools, from the first turn on, so the tool
         list never changes mid-session (the prompt cache keeps its prefix) and a model told
-        about the tool can always call it; `extract_tool_from_compaction` defers it to the
-        session's first compaction instead, saving its few tokens in sessions that never
-        compact. A session without tools gets it once something was compacted.
+        about the tool can always call it; `auto_compact.extract_tool = after_compaction`
+        defers it to the session's first compaction instead, saving its few tokens in
+        sessions that never compact. A session without tools gets it once something was compacted.
         """
         assert self.rb is not None
         tools = self.wire.tools(self.body)

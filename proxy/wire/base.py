@@ -11,7 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
+from proxy.errors import InvalidRequest
+
 JSON = dict[str, Any]
+
+
+def json_object(raw: bytes) -> JSON:
+    """A request body that must be a JSON object, refused in OpenAI's words otherwise."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: {exc.msg}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return body
 
 
 @dataclass

@@ -10,10 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
-
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
 from proxy.extract_tool import client_defines_tool, inject
+from proxy.history import token_count
 from proxy.relay import (
     StreamRound,
     error_event,
@@ -26,7 +25,7 @@ from proxy.relay import (
 )
 from proxy.sse import DONE
 from proxy.upstream_reply import checked_completion
-from proxy.wire.base import JSON, Outgoing, Round, Usage
+from proxy.wire.base import JSON, Outgoing, Round, Usage, json_object
 
 _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 
@@ -38,25 +37,14 @@ def usage_of(usage: Any) -> Usage | None:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        total=_count(usage.get("total_tokens")),
-        prompt=_count(usage.get("prompt_tokens")),
-        cached=_count(cached),
+        total=token_count(usage.get("total_tokens")),
+        prompt=token_count(usage.get("prompt_tokens")),
+        cached=token_count(cached),
     )
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def parse_body(raw: bytes) -> JSON:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}", code="invalid_json"
-        ) from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    body = json_object(raw)
     if not isinstance(body.get("messages"), list):
         raise InvalidRequest(
             "'messages' must be a list of messages.", param="messages", code="invalid_type"

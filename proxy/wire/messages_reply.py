@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from proxy.history import token_count
 from proxy.wire.base import Round, Usage
 from proxy.wire.messages_blocks import reply_to_neutral
 from proxy.wire.messages_request import is_extract_use
@@ -23,11 +24,6 @@ TOKEN_FIELDS = (
     "output_tokens",
 )
 _NESTED_COUNTS = ("cache_creation", "server_tool_use")  # dicts of counts, summed by key
-
-
-def _count(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    return value if ok else None
 
 
 def usage_total(usage: Any) -> int | None:
@@ -43,7 +39,7 @@ def usage_total(usage: Any) -> int | None:
         value = usage.get(name)
         if value is None and name.startswith("cache_"):
             continue
-        counted = _count(value)
+        counted = token_count(value)
         if counted is None:
             return None
         total += counted
@@ -59,8 +55,8 @@ def usage_of(usage: Any) -> Usage | None:
     total = usage_total(usage)
     if total is None:
         return None
-    read = _count(usage.get("cache_read_input_tokens")) or 0
-    written = _count(usage.get("cache_creation_input_tokens")) or 0
+    read = token_count(usage.get("cache_read_input_tokens")) or 0
+    written = token_count(usage.get("cache_creation_input_tokens")) or 0
     prompt = usage["input_tokens"] + read + written
     return Usage(total=total, prompt=prompt, cached=read, output=usage["output_tokens"])
 
@@ -73,14 +69,14 @@ def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
     total = copy.deepcopy(found[-1])
     for name in TOKEN_FIELDS:
         if any(name in u for u in found):
-            total[name] = sum(_count(u.get(name)) or 0 for u in found)
+            total[name] = sum(token_count(u.get(name)) or 0 for u in found)
     for name in _NESTED_COUNTS:
         parts = [u[name] for u in found if isinstance(u.get(name), dict)]
         if parts:
             keys = dict.fromkeys(k for p in parts for k in p)
             total[name] = {
-                k: sum(_count(p.get(k)) or 0 for p in parts)
-                if all(_count(p.get(k)) is not None for p in parts if k in p)
+                k: sum(token_count(p.get(k)) or 0 for p in parts)
+                if all(token_count(p.get(k)) is not None for p in parts if k in p)
                 else parts[-1].get(k)
                 for k in keys
             }

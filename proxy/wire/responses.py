@@ -14,12 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
-
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
 from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
-from proxy.wire.base import JSON, Outgoing, Round, Unsupported
+from proxy.wire.base import JSON, Outgoing, Round, Unsupported, json_object
 from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
 from proxy.wire.responses_rounds import merge_responses, round_of, to_round
 from proxy.wire.responses_stream import ResponsesRelay
@@ -35,14 +33,7 @@ def _invalid_type(param: str, expected: str) -> InvalidRequest:
 
 def parse_body(raw: bytes) -> JSON:
     """The request body; what OpenAI would refuse for its type is refused here the same way."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"We could not parse the JSON body of your request: {exc.msg}", code="invalid_json"
-        ) from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    body = json_object(raw)
     if not isinstance(body.get("input", ""), str | list):
         raise _invalid_type("input", "a string or an array of input items")
     if not isinstance(body.get("instructions", ""), str | None):

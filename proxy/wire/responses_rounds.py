@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.history import token_count
 from proxy.session import UnrecognisedHistory
 from proxy.wire.base import Round, Usage
 from proxy.wire.responses_items import X_ITEMS, is_extract_item, is_extract_tool, output_to_message
@@ -154,21 +155,17 @@ def merge_responses(
     return client_view(merged, client_fields, hide_extract)
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def usage_of(usage: Any) -> Usage | None:
     """Responses usage as the trigger and the cost model read it; None when absent."""
     if not isinstance(usage, dict):
         return None
     details = usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    prompt, output = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
-    total = _count(usage.get("total_tokens"))
+    prompt, output = token_count(usage.get("input_tokens")), token_count(usage.get("output_tokens"))
+    total = token_count(usage.get("total_tokens"))
     if total is None and prompt is not None and output is not None:
         total = prompt + output
-    return Usage(total=total, prompt=prompt, cached=_count(cached), output=output)
+    return Usage(total=total, prompt=prompt, cached=token_count(cached), output=output)
 
 
 def to_round(result: RoundResult) -> Round:
