@@ -36,6 +36,7 @@ from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import anthropic_forward_endpoint, forward, forward_endpoint
 from proxy.routes.messages import messages
 from proxy.routes.responses import responses
+from proxy.saving import SessionWriter
 from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
@@ -153,9 +154,11 @@ def create_app(
         app.state.upstream = upstream
         app.state.anthropic_upstream = anthropic
         app.state.store = active
+        app.state.writer = writer = SessionWriter()
         try:
             yield
         finally:
+            await writer.idle()  # the last turns' saves land before the store closes
             await upstream.aclose()
             await anthropic.aclose()
             if owned:

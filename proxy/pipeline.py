@@ -66,7 +66,8 @@ class Pipeline:
         self.headers = self.upstream.forward_headers(request.headers)
         self.headers["content-type"] = "application/json"
         key = SessionKey(tenant=tenant_of(request.headers), session=session_id)
-        self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire)
+        writer = getattr(app_state, "writer", None)
+        self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
         self.upstream_ms = 0.0
         self.extract_calls = 0
@@ -340,9 +341,10 @@ class Pipeline:
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
         """Record the turn's usage, save the state, and note what happened for logs/metrics.
 
-        A turn the upstream refused saves nothing: its history may diverge from the stored
-        one (a bad request, a retry), and the session must not start over for it. What a
-        compaction decided was already saved when it ran.
+        The save is written while the answer goes out: the session's next request, and the
+        admin API, wait for it before they read. A turn the upstream refused saves nothing:
+        its history may diverge from the stored one (a bad request, a retry), and the
+        session must not start over for it. What a compaction decided was saved when it ran.
         """
         rb = self.turn.rb
         if rb is not None and save:
@@ -356,7 +358,7 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     compaction=self.turn.compaction,
                 )
-            await self.turn.save()
+            await self.turn.save(wait=False)
         report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
             session=self.turn.key.id[:12],

@@ -20,20 +20,14 @@ it runs and released once its result is saved, so one state is never summarised 
   strategy waiting for a compaction to pay for itself) takes no lease at all, so a session
   over the threshold that is not compacted never queues its requests.
 
-Saves are compare-and-set. On a `VersionConflict` the writer re-reads the stored state and
-writes the merge of both (`proxy.merge`: the further compaction and the longer prefix win, a
-summary is never dropped, both turn logs are kept), retrying until it gets through: every
-lost round means another writer's save went through, so a burst of N concurrent writers is
-saved within N rounds (bounded by `SAVE_ATTEMPTS` and `SAVE_DEADLINE_S`). A state over the
-store's size cap is saved without its inspection view (then with a shorter turn log) rather
-than not at all.
+Saves are compare-and-set, merged with another writer's state on a conflict, and go through
+the process's `SessionWriter` (`proxy.saving`), one write in flight per session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import monotonic
@@ -42,17 +36,16 @@ from typing import Any
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.economics import Economics
 from proxy.identity import tenant_of as tenant_of  # re-exported: callers import it here
-from proxy.merge import merge_states
+from proxy.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn
 from proxy.session import (
     Rebuild,
     UnrecognisedHistory,
     apply_compaction,
     cover,
     rebuild,
-    seal_hidden,
 )
 from proxy.session_state import SessionState
-from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
+from proxy.store.base import SessionKey, Store, StoreError
 from proxy.summarizer import PostFn, Summarizer
 from proxy.wire.base import Wire
 from proxy.wire.chat import ChatWire
@@ -64,21 +57,6 @@ log = logging.getLogger("proxy.turn")
 # the lease of a process that died is free again soon, and is seen running down before that.
 LEASE_TTL_S = 4.0
 LEASE_WAIT_S = 60.0  # how long a request waits for another one's compaction
-# Compare-and-set rounds before a turn gives up saving. A lost round means another writer's
-# save went through, so N writers at once all get through within N rounds; the bound and the
-# deadline only stop a writer that something keeps overtaking (each round backs off a little).
-SAVE_ATTEMPTS = 500
-SAVE_DEADLINE_S = 15.0
-SAVE_BACKOFF_MAX_S = 0.05
-TURNS_KEPT_WHEN_TOO_LARGE = 20
-
-
-def _parse(data: bytes) -> SessionState | None:
-    try:
-        return SessionState.from_bytes(data)
-    except Exception:  # a corrupt or foreign record must not fail the request
-        log.exception("unreadable session state, starting afresh")
-        return None
 
 
 @dataclass
@@ -107,6 +85,8 @@ class Turn:
     messages: Any = None
     # Add the extract tool only from the session's first compaction on (see upstream_tools).
     defer_extract_tool: bool = False
+    # The process's writer (one write in flight per session); None: each save on its own.
+    writer: SessionWriter | None = None
 
     @property
     def history(self) -> Any:
@@ -116,23 +96,25 @@ class Turn:
     def state(self) -> SessionState | None:
         return self.rb.state if self.rb else None
 
-    def _store_failed(self, what: str, exc: StoreError) -> None:
+    def store_failed(self, what: str, exc: StoreError) -> None:
         self.store_errors += 1
         log.warning("session store %s failed: %s", what, exc)
 
     async def load(self) -> None:
         """Read the session's state and rebuild the conversation; degrade on any failure."""
+        if self.writer is not None:  # this session's earlier saves first
+            await self.writer.settled(self.key.id, wait=SETTLE_WAIT_S)
         try:
             stored = await self.store.get(self.key)
         except StoreError as exc:
-            self._store_failed("read (passing through uncompacted)", exc)
+            self.store_failed("read (passing through uncompacted)", exc)
             self.degraded = "store_unavailable"
             return
         state = None
         if stored is not None:
             self.version = stored.version
             self.saved = stored.data
-            state = _parse(stored.data)
+            state = parse_state(stored.data)
         try:
             self.rb = rebuild(self.history, state)
         except UnrecognisedHistory as exc:
@@ -160,7 +142,7 @@ class Turn:
         if await self.store.version(self.key) == self.version:
             return False
         stored = await self.store.get(self.key)
-        state = None if stored is None else _parse(stored.data)
+        state = None if stored is None else parse_state(stored.data)
         if state is not None and state.context_window is None:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version
@@ -204,7 +186,7 @@ class Turn:
                     self.lease = "waited"  # another request's compaction covers this one
                     return None
         except StoreError as exc:
-            self._store_failed("lease", exc)
+            self.store_failed("lease", exc)
             self.lease = "error"
             return None
 
@@ -229,7 +211,7 @@ class Turn:
         try:
             await self.store.release(self.key, token)
         except StoreError as exc:  # it expires by itself
-            self._store_failed("lease release", exc)
+            self.store_failed("lease release", exc)
 
     async def _keep_lease(self, token: str) -> None:
         while True:
@@ -239,7 +221,7 @@ class Turn:
                     log.warning("compaction lease lost; another request may compact too")
                     return
             except StoreError as exc:
-                self._store_failed("lease renewal", exc)
+                self.store_failed("lease renewal", exc)
 
     async def compact(
         self,
@@ -409,66 +391,20 @@ class Turn:
         out = self.rb.outgoing()
         return self.wire.upstream_body(self.body, out, self.upstream_tools(), stream=stream)
 
-    async def save(self) -> None:
-        """Write the state with compare-and-set, merging with a concurrent writer's state."""
+    async def save(self, *, wait: bool = True) -> None:
+        """Write the state (compare-and-set, merged with a concurrent writer's state).
+
+        `wait=False`, for a turn's last save: the writer writes it while the answer goes
+        out, and the session's next request waits for it (`load`).
+        """
         if self.rb is None or self.degraded:
             return
-        rb = self.rb
-        seal_hidden(rb.state, rb.chain)
-        deadline = monotonic() + SAVE_DEADLINE_S
-        for attempt in range(SAVE_ATTEMPTS):
-            if attempt and monotonic() > deadline:
-                break
-            data = rb.state.to_bytes()
-            if data == self.saved:
-                return  # already stored by this turn
-            try:
-                self.version = await self.store.put(
-                    self.key, data, rb.state.meta(len(rb.messages)), expected_version=self.version
-                )
-                self.saved = data
-                return
-            except SessionTooLarge as exc:
-                if not _shrink(rb.state):
-                    self._store_failed("write (state over the size cap)", exc)
-                    return
-                log.info("session state over the store's size cap, saving it smaller")
-            except VersionConflict:
-                if attempt:  # writers still colliding: spread them out, then read
-                    await asyncio.sleep(random.uniform(0, min(0.005 * attempt, SAVE_BACKOFF_MAX_S)))
-                if not await self._merge_latest():
-                    return
-            except StoreError as exc:
-                self._store_failed("write", exc)
-                return
-        log.warning("state not saved: other writers kept overtaking it")
-
-    async def _merge_latest(self) -> bool:
-        """After a lost compare-and-set: merge with the stored state; True to write again."""
-        assert self.rb is not None
-        try:
-            latest = await self.store.get(self.key)
-        except StoreError as exc:
-            self._store_failed("re-read after a conflict", exc)
-            return False
-        if latest is None:  # deleted meanwhile: write ours as a new session
-            self.version = self.saved = None
-            return True
-        theirs = _parse(latest.data)
-        merged = (
-            None
-            if theirs is None
-            else merge_states(self.rb.state, theirs, self.rb.chain, self.rb.originals)
-        )
-        if theirs is not None and merged is None:
-            # The stored state already holds everything this turn knows. The version stays
-            # stale on purpose: a later save of this turn must merge again, not overwrite.
-            return False
-        self.version, self.saved = latest.version, latest.data
-        if merged is not None:
-            # Later saves of this turn build on the merge, so nothing of theirs is undone.
-            self.rb.state = merged
-        return True
+        if self.writer is None:
+            await save_turn(self)
+        elif wait:
+            await self.writer.save(self)
+        else:
+            self.writer.submit(self)
 
 
 @dataclass(frozen=True)
@@ -479,14 +415,3 @@ class _NoSummary:
 
     async def __call__(self, messages: list[dict[str, Any]]) -> str | None:
         return None
-
-
-def _shrink(state: SessionState) -> bool:
-    """Make a state smaller for a store's size cap; False when nothing is left to drop."""
-    if state.view is not None:
-        state.view = None
-        return True
-    if len(state.turn_log) > TURNS_KEPT_WHEN_TOO_LARGE:
-        state.turn_log.keep_last(TURNS_KEPT_WHEN_TOO_LARGE)
-        return True
-    return False

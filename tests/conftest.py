@@ -47,6 +47,10 @@ class RunningProxy:
     def stop(self) -> None:
         self.server.stop()
 
+    def settle(self) -> None:
+        """Wait until the proxy's saves have landed (see `UvicornThread.settle`)."""
+        self.server.settle()
+
     def restart(self) -> RunningProxy:
         """Stop, then serve a fresh app with the same settings on the same port."""
         self.stop()

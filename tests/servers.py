@@ -33,13 +33,30 @@ class UvicornThread:
         self.config = uvicorn.Config(app, host="127.0.0.1", port=self.port, **config)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def _run(self) -> None:
-        asyncio.run(self.server.serve())
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve()
+
+    def settle(self) -> None:
+        """Wait until the proxy app's saves have landed: a turn's last save is written just
+        after its answer went out, so a test that reads the store itself waits first."""
+        writer = getattr(getattr(self.config.app, "state", None), "writer", None)
+        if writer is not None and self.loop is not None:
+            self.call(writer.idle())
+
+    def call(self, coro: Any, timeout: float = 30) -> Any:
+        """Run a coroutine on the server's event loop and return its result."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def start(self) -> UvicornThread:
         self.thread.start()

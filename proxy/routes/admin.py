@@ -25,6 +25,7 @@ from proxy.routes.admin_base import (
     rebuild_view,
     require_view,
     session_store,
+    settled,
     store_failed,
 )
 from proxy.routes.admin_compact import compact_session
@@ -139,6 +140,7 @@ def history(rb: Rebuild, truncate: bool) -> list[dict[str, Any]]:
 async def list_sessions(request: Request) -> Response:
     authorize(request)
     query = query_model(request, ListQuery)
+    await settled(request)
     try:
         infos, cursor = await session_store(request).list(
             tenant=query.tenant,

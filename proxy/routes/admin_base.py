@@ -177,6 +177,14 @@ def session_store(request: Request) -> Store:
     return store
 
 
+async def settled(request: Request, session_id: str | None = None) -> None:
+    """Wait for this process's saves of the session (of every session without an id),
+    which land just after their answers went out."""
+    writer = getattr(request.app.state, "writer", None)
+    if writer is not None:
+        await (writer.idle() if session_id is None else writer.settled(session_id))
+
+
 def store_failed(request: Request, exc: StoreError) -> ServiceUnavailable:
     log.warning("admin: session store failed: %s", type(exc).__name__)
     metrics = getattr(request.app.state, "metrics", None)
@@ -189,6 +197,7 @@ async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
     session_id = request.path_params["id"]
     if not SessionKey.is_valid_id(session_id):
         raise NotFound(f"No session {session_id!r}.", code="session_not_found")
+    await settled(request, session_id)
     try:
         stored = await session_store(request).get_by_id(session_id)
     except StoreError as exc:

@@ -84,6 +84,14 @@ class ProxyProcess:
     def logs(self) -> bytes:
         return self.log_path.read_bytes() if self.log_path.exists() else b""
 
+    def settle(self) -> None:
+        """Wait until the proxy's saves have landed (a turn's last save is written just after
+        its answer went out): its admin session list waits for them before it answers."""
+        key = self.env.get("XUN_ADMIN_KEY")
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        resp = httpx.get(self.url + "/admin/sessions", headers=headers, timeout=30)
+        assert resp.status_code == 200, resp.text
+
     def signal(self, sig: int) -> None:
         assert self.process is not None
         self.process.send_signal(sig)

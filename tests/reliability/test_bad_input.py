@@ -138,23 +138,23 @@ def test_wrong_types_never_fail_and_leave_parseable_state(
     db = tmp_path / "s.db"
     proxy = make_proxy(token_threshold=8000, store_url=f"sqlite:///{db}")
     agent = compacted_agent(fake_upstream, proxy, openai_client(proxy, "real", api_key=KEY))
-    (real,) = stored_states(db)
+    (real,) = stored_states(db, proxy)
     headers = {"authorization": f"Bearer {KEY}", "x-session-id": "bad-1"}
     with httpx.Client(timeout=30) as http:
         for case, body in WRONG_TYPES.items():
             body = body | {"stream": stream} if "stream" not in body else body
             response = http.post(proxy.url + URL, json=body, headers=headers)
             assert_not_a_proxy_failure(response, case)
-            states = stored_states(db)  # every stored state parses after every request
+            states = stored_states(db, proxy)  # every stored state parses after every request
             assert real in states  # and the other session of the tenant is untouched
             # The same bad body against the real session's history.
             body = body | {"messages": [*agent.messages, *body["messages"]]}
             response = http.post(proxy.url + URL, json=body, headers=headers)
             assert_not_a_proxy_failure(response, case)
-            stored_states(db)
+            stored_states(db, proxy)
     fake_upstream.push(Reply.text("still here"))
     agent.step()  # the real session carries on with its compaction
-    assert [s for s in stored_states(db) if s.reclaimed]
+    assert [s for s in stored_states(db, proxy) if s.reclaimed]
 
 
 def test_a_request_the_upstream_rejects_leaves_the_session_state_alone_when_it_continues(
@@ -164,12 +164,12 @@ def test_a_request_the_upstream_rejects_leaves_the_session_state_alone_when_it_c
     db = tmp_path / "s.db"
     proxy = make_proxy(token_threshold=8000, store_url=f"sqlite:///{db}")
     agent = compacted_agent(fake_upstream, proxy, openai_client(proxy, "real", api_key=KEY))
-    (before,) = stored_states(db)
+    (before,) = stored_states(db, proxy)
     headers = {"authorization": f"Bearer {KEY}", "x-session-id": "real"}
     body = {"model": 5, "messages": [*agent.messages, {"role": "user", "content": "more"}]}
     response = httpx.post(proxy.url + URL, json=body, headers=headers, timeout=30)
     assert response.status_code == 400  # the upstream's answer
-    (after,) = stored_states(db)
+    (after,) = stored_states(db, proxy)
     assert after.reclaimed == before.reclaimed and after.summary == before.summary
     assert after.prefix_len == before.prefix_len
 
@@ -180,12 +180,12 @@ def test_a_rejected_diverging_request_does_not_reset_the_session(
     db = tmp_path / "s.db"
     proxy = make_proxy(token_threshold=8000, store_url=f"sqlite:///{db}")
     agent = compacted_agent(fake_upstream, proxy, openai_client(proxy, "real", api_key=KEY))
-    (before,) = stored_states(db)
+    (before,) = stored_states(db, proxy)
     headers = {"authorization": f"Bearer {KEY}", "x-session-id": "real"}
     body = {"model": 5, "messages": agent.messages[:2]}  # garbage the upstream refuses
     response = httpx.post(proxy.url + URL, json=body, headers=headers, timeout=30)
     assert response.status_code == 400
-    (after,) = stored_states(db)
+    (after,) = stored_states(db, proxy)
     assert after == before
 
 

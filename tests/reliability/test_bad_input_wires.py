@@ -76,6 +76,7 @@ class Target:
 
     def states(self) -> dict[str, SessionState]:
         """Every stored state, parsed (raises if one is corrupt), by session name."""
+        self.proxy.server.settle()
         with sqlite3.connect(self.db) as conn:
             rows = conn.execute("SELECT session, data FROM sessions").fetchall()
         return {str(name): SessionState.from_bytes(bytes(data)) for name, data in rows}

@@ -25,8 +25,11 @@ PATHS = {
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}], "stream": True}
 
 
-def stored_states(db: Path) -> list[SessionState]:
-    """Every session state in an SQLite store file, parsed (raises if any is corrupt)."""
+def stored_states(db: Path, proxy: Any = None) -> list[SessionState]:
+    """Every session state in an SQLite store file, parsed (raises if any is corrupt); with
+    `proxy`, once its saves have landed."""
+    if proxy is not None:
+        proxy.settle()
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT data FROM sessions").fetchall()
     return [SessionState.from_bytes(bytes(row[0])) for row in rows]
@@ -128,6 +131,7 @@ def test_disconnect_during_a_summary_call_leaves_the_session_consistent(
     agent.step()
     sent = [r.json for r in fake_upstream.chat_requests[before:] if not is_summary_request(r.json)]
     assert sent
+    proxy.settle()
     upstream_messages = sent[0]["messages"]
     validate(upstream_messages)  # a well-formed sequence: every tool result follows its call
     assert "<conversation_summary>" in upstream_messages[0]["content"]

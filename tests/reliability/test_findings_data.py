@@ -355,6 +355,7 @@ def test_a_bad_usage_value_is_ignored_for_its_turn(
         proxy.url + URL, json={**HELLO, "messages": second}, headers=headers, timeout=10
     ).is_success
     key = SessionKey(tenant_of("Bearer sk-u"), "usage")
+    proxy.settle()
     state, _ = asyncio.run(read_state("memory://", key, proxy.app.state.store))
     assert state.total_tokens == 7  # the second reply's usage, a sound one
     assert [t["total_tokens"] for t in state.turns] == [None, 7]
@@ -434,6 +435,7 @@ async def test_a_session_the_strategy_declines_to_compact_takes_no_lease(
     proxy = make_proxy(store=store, compactor=compactor, token_threshold=8000)
     session = "declined"
     agent = await asyncio.to_thread(warm_up, proxy, session)
+    proxy.settle()
     state, _ = await read_state("memory://", session_key(session), store)
     assert state.total_tokens is not None and state.total_tokens > 8000
     assert store.acquired == 0  # the warm-up ran with a huge threshold
@@ -443,6 +445,7 @@ async def test_a_session_the_strategy_declines_to_compact_takes_no_lease(
     assert [r.status_code for r in responses] == [200] * 16
     assert {r.headers["x-xun-compaction"] for r in responses} == {"none"}
     assert store.acquired == 0
+    proxy.settle()
     state, _ = await read_state("memory://", session_key(session), store)
     assert state.accrued > 0  # the strategy noted what waiting cost, without the lease
     assert len(state.turns) == WARM_TURNS + 16
@@ -465,6 +468,7 @@ async def test_fifty_identical_requests_leave_fifty_turn_records(
 
     assert [r.status_code for r in responses] == [200] * 50
     assert sorted(r.headers["x-xun-compaction"] for r in responses).count("summary") == 1
+    proxy.settle()
     state, _ = await read_state(url, session_key("fifty"))
     assert len(state.turns) == WARM_TURNS + 50
     assert sum(t["compaction"] == "summary" for t in state.turns) == 1

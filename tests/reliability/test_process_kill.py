@@ -62,6 +62,7 @@ def summarised(
             break
     agent.step()
     assert summary_count(fake_upstream.requests) == 1
+    proxy.settle()
     return agent, proxy, db, script
 
 
@@ -94,6 +95,7 @@ def test_kill_between_turns_keeps_the_compaction(
     agent.step()
     system = last_model_request(fake_upstream)["messages"][0]["content"]
     assert before.summary in system  # the summary from before the kill is still applied
+    proxy.settle()
     after_version, after = stored(db)
     assert after_version > version
     assert after.summary_rounds >= before.summary_rounds
@@ -131,6 +133,7 @@ def test_kill_mid_stream_loses_only_that_turn(
     agent.client = client_for(proxy)
     agent.step()  # the client retries the turn
     assert before.summary in last_model_request(fake_upstream)["messages"][0]["content"]
+    proxy.settle()
     assert stored(db)[0] > version
     agent.client.close()
 

@@ -73,6 +73,7 @@ async def test_twenty_at_once_compact_once(
     session = "burst-branching" if branching else "burst"
     agent = await asyncio.to_thread(warm_up, proxy, session)
     key = session_key(session)
+    proxy.settle()
     before, version_before = await read_state(store_url, key, app_store(proxy, store_url))
     assert before.total_tokens is not None and before.total_tokens > THRESHOLD
     assert before.summary is None
@@ -98,6 +99,7 @@ async def test_twenty_at_once_compact_once(
         system = request.json["messages"][0]["content"]
         assert "Summary number 1 of the work." in system
 
+    proxy.settle()
     state, version = await read_state(store_url, key, app_store(proxy, store_url))
     assert state.summary is not None and "Summary number 1 of the work." in state.summary
     assert state.summary_rounds == 1

@@ -224,6 +224,7 @@ def test_an_oversize_session_through_the_proxy(make_proxy: Any, tmp_path: Any) -
     body = {"model": "gpt-4o", "messages": messages}
     with httpx.Client(base_url=proxy.base_url, headers=headers, timeout=30) as client:
         assert client.post("/chat/completions", json=body).status_code == 200
+        proxy.settle()
 
         async def read() -> SessionState:
             small = open_store(url)
