@@ -5,23 +5,10 @@ Every failure here degrades to sending the client's request upstream uncompacted
 logged and counted (`store_errors`), never shown to the client.
 
 Concurrency. Requests of one session may run at once (an agent's parallel sub-calls, two
-replicas). A compaction runs only under the session's lease (`Store.acquire`), renewed while
-it runs and released once its result is saved, so one state is never summarised twice:
-
-- a request that finds the lease taken waits (polling with backoff, at most `lease_wait`
-  seconds), re-reading the state whenever its version moves; once the holder's compaction
-  is saved it usually applies to this request too, which then goes upstream without
-  compacting again;
-- a request that gets the lease after waiting, and finds the state unchanged, leaves it when
-  the holder released it (it tried that state and failed or found nothing to do), and
-  compacts when the lease had run down unrenewed first (its holder died);
-- a request that cannot get the lease in time goes upstream without compacting;
-- a request whose compactor says it would not compact now (`would_compact`: the cost-aware
-  strategy waiting for a compaction to pay for itself) takes no lease at all, so a session
-  over the threshold that is not compacted never queues its requests.
-
-Saves are compare-and-set, merged with another writer's state on a conflict, and go through
-the process's `SessionWriter` (`proxy.saving`), one write in flight per session.
+replicas): a compaction runs only under the session's lease (`proxy.lease`), so one state
+is never summarised twice. Saves are compare-and-set, merged with another writer's state on
+a conflict, and go through the process's `SessionWriter` (`proxy.saving`), one write in
+flight per session.
 """
 
 from __future__ import annotations
@@ -30,12 +17,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from time import monotonic
 from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.economics import Economics
 from proxy.identity import tenant_of as tenant_of  # re-exported: callers import it here
+from proxy.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn
 from proxy.session import (
     Rebuild,
@@ -51,12 +38,6 @@ from proxy.wire.base import Wire
 from proxy.wire.chat import ChatWire
 
 log = logging.getLogger("proxy.turn")
-
-
-# A lease lasts a few seconds and is renewed every quarter of that while the compaction runs:
-# the lease of a process that died is free again soon, and is seen running down before that.
-LEASE_TTL_S = 4.0
-LEASE_WAIT_S = 60.0  # how long a request waits for another one's compaction
 
 
 @dataclass
@@ -133,7 +114,7 @@ class Turn:
             self.rb = None
             self.degraded = "side_request"
 
-    async def _refresh(self) -> bool:
+    async def refresh(self) -> bool:
         """Rebuild from the stored state if its version moved; True when it did.
 
         Raises StoreError.
@@ -150,78 +131,11 @@ class Turn:
         self.rb = rebuild(self.history, state)
         return True
 
-    def _over(self, threshold: int, force_tokens: int | None) -> int | None:
+    def over(self, threshold: int, force_tokens: int | None) -> int | None:
         """The projected size when it crosses the threshold, else None."""
         assert self.rb is not None
         projected = self.rb.projected_tokens() if force_tokens is None else force_tokens
         return projected if projected > threshold else None
-
-    async def _take_lease(self, threshold: int, force_tokens: int | None) -> str | None:
-        """The lease token, or None when this request should not compact (see module doc)."""
-        deadline = monotonic() + self.lease_wait
-        delay = 0.01
-        seen: int | None = None  # the version when the lease was first found taken
-        waited = False
-        left: float | None = None  # the holder's lease time left, when last looked at
-        try:
-            while True:
-                token = await self.store.acquire(self.key, self.lease_ttl)
-                if token is not None:
-                    # A live holder renews: a lease seen below half its time was abandoned.
-                    abandoned = left is not None and left < self.lease_ttl / 2
-                    return await self._holding(token, waited, seen, abandoned)
-                if not waited:
-                    waited, seen = True, self.version
-                left = await self.store.lease_left(self.key) or left
-                if monotonic() >= deadline:
-                    self.lease = "timeout"
-                    log.warning(
-                        "session busy compacting for %.0fs, sending uncompacted", self.lease_wait
-                    )
-                    await self._refresh()  # still take whatever the holder saved so far
-                    return None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.25)
-                if await self._refresh() and self._over(threshold, force_tokens) is None:
-                    self.lease = "waited"  # another request's compaction covers this one
-                    return None
-        except StoreError as exc:
-            self.store_failed("lease", exc)
-            self.lease = "error"
-            return None
-
-    async def _holding(
-        self, token: str, waited: bool, seen: int | None, abandoned: bool
-    ) -> str | None:
-        """Just took the lease: re-read the state, and keep the lease if there is work."""
-        self.lease = "abandoned" if abandoned else "waited" if waited else "held"
-        try:
-            await self._refresh()  # a compaction saved since this request's read counts
-        except StoreError:
-            await self._release(token)
-            raise
-        if waited and not abandoned and self.version == seen:
-            # The holder had this very state and left it as it was (it failed, or found
-            # nothing to do): trying again right away would repeat its work.
-            await self._release(token)
-            return None
-        return token
-
-    async def _release(self, token: str) -> None:
-        try:
-            await self.store.release(self.key, token)
-        except StoreError as exc:  # it expires by itself
-            self.store_failed("lease release", exc)
-
-    async def _keep_lease(self, token: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease_ttl / 4)
-            try:
-                if not await self.store.renew(self.key, token, self.lease_ttl):
-                    log.warning("compaction lease lost; another request may compact too")
-                    return
-            except StoreError as exc:
-                self.store_failed("lease renewal", exc)
 
     async def compact(
         self,
@@ -238,18 +152,18 @@ class Turn:
         `economics` is asked for the session's costs (cost-aware compactors) once the lease
         is held, so it sees the state as re-read then.
         """
-        if self.rb is None or self._over(threshold, force_tokens) is None:
+        if self.rb is None or self.over(threshold, force_tokens) is None:
             return
         if not self._would_compact(compactor, threshold, force_tokens, summary_model, economics):
             return  # nothing to do: no lease, so the session's requests never queue for it
-        token = await self._take_lease(threshold, force_tokens)
+        token = await take_lease(self, threshold, force_tokens)
         if token is None:
             return
         try:
-            projected = self._over(threshold, force_tokens)
+            projected = self.over(threshold, force_tokens)
             if projected is None:
                 return  # what another request saved meanwhile already covers this one
-            renewer = asyncio.create_task(self._keep_lease(token))
+            renewer = asyncio.create_task(keep_lease(self, token))
             try:
                 econ = economics() if economics is not None else None
                 await self._run(compactor, projected, threshold, post, summary_model, econ)
@@ -259,7 +173,7 @@ class Turn:
             if self.compaction in ("toolcall", "summary"):
                 await self.save()  # before the lease goes: the next holder must see it
         finally:
-            await self._release(token)
+            await release_lease(self, token)
 
     def _would_compact(
         self,
@@ -280,7 +194,7 @@ class Turn:
         rb = self.rb
         conv = rb.conversation
         before = conv.total_tokens
-        conv.total_tokens = self._over(threshold, force_tokens)
+        conv.total_tokens = self.over(threshold, force_tokens)
         shared = getattr(compactor, "summary_shares_prefix", False) and not summary_model
         econ = economics() if economics is not None else None
         agent = CompactionContext(
