@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.compact import placeholder_for
@@ -277,3 +279,23 @@ def test_a_state_saved_before_the_running_chain_is_upgraded_not_reset() -> None:
     assert rb.state.reclaimed == state.reclaimed
     assert (rb.state.prefix_hash, rb.state.cut_hash) == (state.prefix_hash, state.cut_hash)
     assert rb.state.chain == 2
+
+
+def test_a_raw_hash_computed_another_way_costs_one_canonical_check() -> None:
+    """States saved before the raw hash was of the list as orjson writes it hashed each
+    message and a newline: their prefix is checked in canonical form once, then trusted."""
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    before = hashlib.sha256(b"".join(orjson.dumps(m) + b"\n" for m in msgs)).hexdigest()
+    old = SessionState.from_dict({**state.to_dict(), "prefix_raw": before})
+    more = [*msgs, {"role": "user", "content": "next"}]
+    rb = rebuild(more, old)
+    assert rb.reset_reason is None and rb.new_from == len(msgs)
+    assert rb.chain._digests[0] is not None  # not trusted: canonicalised from the start
+    same = rebuild(more, SessionState.from_bytes(state.to_bytes()))
+    assert same.chain._digests[0] is None  # trusted: only the new message canonicalised
+    assert rb.upstream_messages() == same.upstream_messages()
+    record_turn(rb, total_tokens=1100, now=0.0)
+    assert rb.state == record_turn(same, total_tokens=1100, now=0.0)
+    rb = rebuild([*more, {"role": "user", "content": "again"}], rb.state)
+    assert rb.reset_reason is None and rb.chain._digests[: len(more)] == [None] * len(more)
