@@ -77,18 +77,37 @@ def message_digest(message: Any) -> bytes:
 def raw_digests(messages: Sequence[Any], n: int) -> tuple[str | None, str]:
     """Hashes of `messages[:n]` and of all messages, as received (key order included).
 
-    The first is None when there are fewer than n messages. One pass: each message is
-    serialised on its own (a serialised JSON value never holds a raw newline, so newlines
-    separate them unambiguously).
+    Each is the SHA-256 of the list as orjson writes it; the first is None when there are
+    fewer than n messages. A list is written as `[`, its items joined by `,`, then `]`, so
+    the two slices are written once each and hashed in one pass: the whole list's hash
+    continues the prefix's from before its `]`.
     """
-    h = hashlib.sha256()
-    at_n = h.hexdigest() if n == 0 else None
-    for i, message in enumerate(messages, 1):
+    if not 0 <= n <= len(messages):
+        return None, raw_digests(messages, len(messages))[1]
+    try:
+        head, tail = orjson.dumps(messages[:n]), orjson.dumps(messages[n:])
+    except orjson.JSONEncodeError:  # a message at orjson's depth limit, too deep in a list
+        return _list_digest(messages[:n]), _list_digest(messages)
+    h = hashlib.sha256(memoryview(head)[:-1])
+    at_n = h.copy()
+    at_n.update(b"]")
+    if n == len(messages):
+        return at_n.hexdigest(), at_n.hexdigest()
+    if n:
+        h.update(b",")
+    h.update(memoryview(tail)[1:])
+    return at_n.hexdigest(), h.hexdigest()
+
+
+def _list_digest(messages: Sequence[Any]) -> str:
+    """The hash `raw_digests` gives a list, its messages written one at a time."""
+    h = hashlib.sha256(b"[")
+    for i, message in enumerate(messages):
+        if i:
+            h.update(b",")
         h.update(orjson.dumps(message))
-        h.update(b"\n")
-        if i == n:
-            at_n = h.hexdigest()
-    return at_n, h.hexdigest()
+    h.update(b"]")
+    return h.hexdigest()
 
 
 _SEED = hashlib.blake2b(b"xun-proxy prefix chain 2", digest_size=16).digest()

@@ -47,15 +47,24 @@ def validate(messages: Any) -> list[dict[str, Any]]:
 
 def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     """Client index -> reclaim key of every tool message; repeated ids get `#2`, `#3`, ..."""
+    return tool_results(messages)[0]
+
+
+def tool_results(messages: Sequence[Mapping[str, Any]]) -> tuple[dict[int, str], dict[str, Any]]:
+    """`reclaim_keys`, and each key's content as the client sent it, in one pass."""
     seen: dict[str, int] = {}
     keys: dict[int, str] = {}
+    contents: dict[str, Any] = {}
     for i, msg in enumerate(messages):
         if msg.get("role") != "tool":
             continue
-        call_id = str(msg.get("tool_call_id"))
-        seen[call_id] = seen.get(call_id, 0) + 1
-        keys[i] = call_id if seen[call_id] == 1 else f"{call_id}#{seen[call_id]}"
-    return keys
+        key = str(msg.get("tool_call_id"))
+        count = seen[key] = seen.get(key, 0) + 1
+        if count > 1:
+            key = f"{key}#{count}"
+        keys[i] = key
+        contents[key] = msg.get("content")
+    return keys, contents
 
 
 def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:

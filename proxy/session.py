@@ -28,15 +28,10 @@ from proxy.history import (
     leading_system_count,
     reclaim_keys,
     token_count,
+    tool_results,
     validate,
 )
-from proxy.session_state import (
-    CHAIN_SCHEME,
-    UNSEALED,
-    HiddenExtract,
-    SessionState,
-    add_hidden,
-)
+from proxy.session_state import CHAIN_SCHEME, HiddenExtract, SessionState, add_hidden, seal_hidden
 from proxy.wire.base import Outgoing
 
 HIDDEN_KEY_PREFIX = "xun-extract:"
@@ -47,14 +42,13 @@ class Rebuild:
     """A client's request rebuilt into a Conversation under a session's state.
 
     The `Conversation` is built when first asked for: a session with nothing compacted sends
-    the client's messages as they are, and needs it only when compaction is considered.
+    the client's messages as they are, and needs it only when compaction is considered. So
+    are the tool results' keys and contents (`keys`, `originals`).
     """
 
     messages: list[dict[str, Any]]
     state: SessionState
     chain: PrefixChain
-    keys: dict[int, str]
-    originals: dict[str, Any]
     system_count: int
     new_from: int
     raw_hash: str
@@ -63,6 +57,29 @@ class Rebuild:
     reset_reason: str | None = None
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _results: tuple[dict[int, str], dict[str, Any]] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    @property
+    def keys(self) -> dict[int, str]:
+        """Client index -> reclaim key of every tool message (`proxy.history.reclaim_keys`)."""
+        return self._tool_results()[0]
+
+    @property
+    def originals(self) -> dict[str, Any]:
+        """Reclaim key -> the content the client sent, hidden extract results' included."""
+        return self._tool_results()[1]
+
+    def _tool_results(self) -> tuple[dict[int, str], dict[str, Any]]:
+        if self._results is None:
+            keys, originals = tool_results(self.messages)
+            for extra in self.hidden.values():
+                for result in extra.results:
+                    key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
+                    originals[key] = result.get("content")
+            self._results = keys, originals
+        return self._results
 
     @property
     def conversation(self) -> Conversation:
@@ -177,7 +194,7 @@ def _upgrade(state: SessionState, chain: PrefixChain) -> None:
 
 
 def _reconcile(
-    messages: list[dict[str, Any]], chain: PrefixChain, state: SessionState | None, keys: set[str]
+    messages: list[dict[str, Any]], chain: PrefixChain, state: SessionState | None
 ) -> tuple[SessionState, int, str | None]:
     if state is None:
         return SessionState(), 0, None
@@ -199,6 +216,7 @@ def _reconcile(
         fresh.trail = state.trail
         fresh.moved_user = state.moved_user
         fresh.summary_rounds = state.summary_rounds
+    keys = set(reclaim_keys(messages).values())
     fresh.reclaimed = [k for k in state.reclaimed if k in keys]
     fresh.toolcall_reclaimed = state.toolcall_reclaimed
     fresh.hidden = list(state.hidden)
@@ -237,18 +255,6 @@ def _hidden_by_anchor(
     return found
 
 
-def seal_hidden(state: SessionState, chain: PrefixChain) -> None:
-    """Record, for hidden calls added this turn, the history before their anchor.
-
-    Only calls `add_hidden` marked `UNSEALED` are sealed: an entry without a record (saved
-    by an older version, or merged in from another writer) must not be vouched for by this
-    request's history.
-    """
-    for h in state.hidden:
-        if h.before == UNSEALED and h.fingerprint is None:
-            h.before = chain.prefix(h.anchor) if 0 <= h.anchor <= len(chain) else None
-
-
 def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
     """Rebuild the Conversation the upstream should see for this request."""
     messages = validate(messages)
@@ -263,8 +269,7 @@ def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
     ):
         trusted = (state.prefix_len, state.prefix_hash)  # resent unchanged: hash only the rest
     chain = PrefixChain(messages, trusted=trusted)
-    keys = reclaim_keys(messages)
-    state, new_from, reason = _reconcile(messages, chain, state, set(keys.values()))
+    state, new_from, reason = _reconcile(messages, chain, state)
     if reason is None and new_from == state.prefix_len and state.prefix_chars:
         chars = state.prefix_chars + estimate_chars(messages[new_from:])
     else:
@@ -273,19 +278,13 @@ def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
     if state.cut < system_count or state.cut > len(messages):
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
-    originals: dict[str, Any] = {keys[i]: messages[i].get("content") for i in keys}
     start = state.cut if state.summary else system_count
     hidden = _hidden_by_anchor(messages, chain, state.hidden, start)
     state.hidden = list(hidden.values())
-    for extra in state.hidden:
-        for result in extra.results:
-            originals[HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))] = result.get("content")
     return Rebuild(
         messages=messages,
         state=state,
         chain=chain,
-        keys=keys,
-        originals=originals,
         system_count=system_count,
         new_from=new_from,
         raw_hash=raw_hash,
@@ -387,7 +386,7 @@ __all__ = [
     "rebuild",
     "reclaim_keys",
     "record_turn",
-    "seal_hidden",
+    "seal_hidden",  # from proxy.session_state, with add_hidden
     "token_count",
     "validate",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy.fingerprint import PrefixChain
 from proxy.history import token_count
 from proxy.turn_log import TurnLog
 
@@ -199,6 +200,18 @@ def add_hidden(
     )
 
 
+def seal_hidden(state: SessionState, chain: PrefixChain) -> None:
+    """Record, for hidden calls added this turn, the history before their anchor.
+
+    Only calls `add_hidden` marked `UNSEALED` are sealed: an entry without a record (saved
+    by an older version, or merged in from another writer) must not be vouched for by this
+    request's history.
+    """
+    for h in state.hidden:
+        if h.before == UNSEALED and h.fingerprint is None:
+            h.before = chain.prefix(h.anchor) if 0 <= h.anchor <= len(chain) else None
+
+
 __all__ = [
     "CHAIN_SCHEME",
     "MAX_VIEW_BYTES",
@@ -208,4 +221,5 @@ __all__ = [
     "HiddenExtract",
     "SessionState",
     "add_hidden",
+    "seal_hidden",
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from hashlib import sha256
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.fingerprint import PrefixChain, canonical, raw_digests
@@ -107,3 +109,18 @@ def test_raw_digests_see_key_order_that_the_canonical_form_ignores() -> None:
     assert raw_digests(a, 3)[0] is None
     assert raw_digests(b, 1)[0] != first
     assert PrefixChain(a).prefix(2) == PrefixChain(b).prefix(2)
+
+
+def test_raw_digests_hash_the_list_as_orjson_writes_it() -> None:
+    msgs = [{"role": "user", "content": f"m{i}", "parts": [1, {"a": None}]} for i in range(4)]
+    for n in range(-1, 6):
+        expected = sha256(orjson.dumps(msgs[:n])).hexdigest() if 0 <= n <= 4 else None
+        assert raw_digests(msgs, n) == (expected, sha256(orjson.dumps(msgs)).hexdigest())
+    # A message at orjson's depth limit cannot be written inside a list: it is hashed alone,
+    # to the same bytes.
+    deep = {"role": "user", "content": orjson.loads(b"[" * 253 + b"]" * 253)}
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps([deep])
+    written = b"[" + orjson.dumps(deep) + b"," + orjson.dumps(deep) + b"]"
+    first = sha256(b"[" + orjson.dumps(deep) + b"]").hexdigest()
+    assert raw_digests([deep, deep], 1) == (first, sha256(written).hexdigest())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.compact import placeholder_for
@@ -173,9 +175,17 @@ def test_hidden_extract_calls_are_reinserted_and_dropped_when_the_client_diverge
         {"role": "assistant", "content": None, "tool_calls": own},
         {"role": "tool", "tool_call_id": "own1", "content": "r"},
     ]
-    sent = rebuild(nxt, state).upstream_messages()
+    rb = rebuild(nxt, state)
+    sent = rb.upstream_messages()
     assert [c["id"] for c in sent[-3]["tool_calls"]] == ["own1", "ext1"]
     assert sent[-2] == {"role": "tool", "tool_call_id": "ext1", "content": "orig"}
+    assert rb.originals == {
+        "c0": msgs[3]["content"],
+        "c1": msgs[5]["content"],
+        "c2": msgs[7]["content"],
+        "own1": "r",
+        "xun-extract:ext1": "orig",
+    }
     other = [
         *msgs,
         {"role": "assistant", "content": None, "tool_calls": [{**own[0], "id": "own2"}]},
@@ -277,3 +287,34 @@ def test_a_state_saved_before_the_running_chain_is_upgraded_not_reset() -> None:
     assert rb.state.reclaimed == state.reclaimed
     assert (rb.state.prefix_hash, rb.state.cut_hash) == (state.prefix_hash, state.cut_hash)
     assert rb.state.chain == 2
+
+
+def test_a_raw_hash_computed_another_way_costs_one_canonical_check() -> None:
+    """States saved before the raw hash was of the list as orjson writes it hashed each
+    message and a newline: their prefix is checked in canonical form once, then trusted."""
+    msgs = history(10)
+    state = compacted_state(msgs, summary=True)
+    before = hashlib.sha256(b"".join(orjson.dumps(m) + b"\n" for m in msgs)).hexdigest()
+    old = SessionState.from_dict({**state.to_dict(), "prefix_raw": before})
+    more = [*msgs, {"role": "user", "content": "next"}]
+    rb = rebuild(more, old)
+    assert rb.reset_reason is None and rb.new_from == len(msgs)
+    assert rb.chain._digests[0] is not None  # not trusted: canonicalised from the start
+    same = rebuild(more, SessionState.from_bytes(state.to_bytes()))
+    assert same.chain._digests[0] is None  # trusted: only the new message canonicalised
+    assert rb.upstream_messages() == same.upstream_messages()
+    record_turn(rb, total_tokens=1100, now=0.0)
+    assert rb.state == record_turn(same, total_tokens=1100, now=0.0)
+    rb = rebuild([*more, {"role": "user", "content": "again"}], rb.state)
+    assert rb.reset_reason is None and rb.chain._digests[: len(more)] == [None] * len(more)
+
+
+def test_tool_results_are_read_when_first_asked_for() -> None:
+    """An uncompacted session's request needs neither its reclaim keys nor their contents."""
+    msgs = history(4)
+    msgs[-1]["tool_call_id"] = msgs[-3]["tool_call_id"] = "same"
+    msgs[-2]["tool_calls"][0]["id"] = msgs[-4]["tool_calls"][0]["id"] = "same"
+    rb = rebuild(msgs, None)
+    assert rb.upstream_messages() == msgs and rb._results is None
+    assert rb.keys == reclaim_keys(msgs) == {3: "c0", 5: "c1", 7: "same", 9: "same#2"}
+    assert rb.originals == {k: msgs[i]["content"] for i, k in rb.keys.items()}

@@ -1,0 +1,59 @@
+"""proxy.json_limits: the bodies orjson cannot write back exactly, and only those."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from proxy.json_limits import _may_hold_wide_float, compaction_blocker
+
+
+def blocker(raw: bytes) -> str | None:
+    return compaction_blocker(raw, orjson.loads(raw))
+
+
+@pytest.mark.parametrize(
+    ("depth", "expected"), [(253, None), (254, None), (255, "too_deep"), (1000, "too_deep")]
+)
+def test_containers_deeper_than_orjson_writes(depth: int, expected: str | None) -> None:
+    assert blocker(b"[" * depth + b"]" * depth) == expected
+    assert blocker(b'{"a":' * depth + b"1" + b"}" * depth) == expected
+
+
+@pytest.mark.parametrize(
+    ("literal", "expected"),
+    [
+        (b"18446744073709551615", None),  # 2**64 - 1
+        (b"18446744073709551616", "wide_int"),
+        (b"-9223372036854775808", None),  # -2**63
+        (b"-9223372036854775809", "wide_int"),
+        (b"123456789012345678901234567890", "wide_int"),
+        (b"1e19", None),  # a float literal: orjson writes it back as it reads it
+        (b"12345678901234567890.5", None),
+        (b'"123456789012345678901"', None),  # digits in a string
+        (b'"1e+19 and 2E+300"', None),  # text that looks like orjson's wide floats
+    ],
+)
+def test_integers_outside_orjsons_range(literal: bytes, expected: str | None) -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "a+b"}], "x": [%s]}'
+    assert blocker(raw % literal) == expected
+
+
+# What the search means: `<digit>e+` and an exponent of 18 or more.
+REFERENCE = re.compile(rb"[0-9]e\+(?:1[89]|[2-9][0-9]|[1-9][0-9][0-9])")
+
+
+# Forty pluses: past those looked at one by one, the rest is left to the pattern.
+PARTS = [b"e", b"+", b"1", b"8", b"9", b"0", b"x", b"e+1", b"3e+", b"+" * 40]
+
+
+@given(st.lists(st.sampled_from(PARTS)))
+@example([b"+" * 40] * 2 + [b"3e+", b"1", b"9"])
+@example([b"+" * 40] * 2 + [b"3e+", b"1", b"e+1", b"8"])
+def test_the_wide_float_search_finds_what_the_plain_pattern_does(parts: list[bytes]) -> None:
+    written = b"".join(parts)
+    assert _may_hold_wide_float(written) == bool(REFERENCE.search(written))
