@@ -14,7 +14,6 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -28,14 +27,14 @@ from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import answer, split_calls
 from proxy.session import add_hidden, record_turn
-from proxy.sse import SSEDecoder
 from proxy.store.base import SessionKey
+from proxy.streaming import relay_stream
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.trail import counts as trail_counts
 from proxy.turn import Turn, tenant_of
-from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
+from proxy.upstream import Upstream, UpstreamResponse, read_response
 from proxy.windows import known_window, threshold_for
-from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
+from proxy.wire.base import JSON, Round, Usage, Wire
 
 log = logging.getLogger("proxy.pipeline")
 
@@ -388,72 +387,8 @@ class Pipeline:
         assert resp is not None
         headers = {**SSE_HEADERS, **self.response_headers()}
         return StreamingResponse(
-            self.relay(resp, body),
+            relay_stream(self, resp, body),
             media_type="text/event-stream",
             headers=headers,
             background=BackgroundTask(resp.aclose),
         )
-
-    async def relay(self, resp: UpstreamResponse, body: JSON) -> AsyncIterator[bytes]:
-        relay = self.wire.stream_relay(self.client_body)
-        last_usage: Usage | None = None
-        rounds = 0
-        hidden_last = False
-        try:
-            while True:
-                async for out in self.relay_round(resp, relay):
-                    yield out
-                await resp.aclose()
-                rnd = relay.end_round()
-                self.note_first(rnd)
-                last_usage = rnd.usage or last_usage
-                _, extract = split_calls(rnd.message.get("tool_calls"))
-                if extract and self.turn.injected:
-                    results = self.extract_results(extract)
-                    if rnd.only_extract and self.rounds_left(rounds):
-                        rounds += 1
-                        self.continuations.append((rnd, results))
-                        body = self.current_body()  # as compacted, if a refusal escalated
-                        next_resp, error = await self.open_checked(body)
-                        if error is not None:
-                            yield relay.error(error.body)
-                            return
-                        assert next_resp is not None
-                        resp = next_resp
-                        continue
-                    self.hide(rnd, extract, results)
-                    hidden_last = rnd.only_extract
-                break
-            # Saved before the end is sent: a client closes as soon as it reads the end.
-            await self.finish(last_usage)
-            for out in relay.finish(hidden_last=hidden_last):
-                yield out
-        except ProxyError as exc:
-            log.warning("upstream failed mid-stream: %s", type(exc).__name__)
-            yield relay.error(None, type(exc).__name__)
-        finally:
-            await resp.aclose()
-
-    async def relay_round(self, resp: UpstreamResponse, relay: StreamRelay) -> AsyncIterator[bytes]:
-        if "json" in (resp.headers.get("content-type") or "").lower():
-            # The upstream answered the stream request with plain JSON: relay it whole (as one
-            # chunk), or end the stream with an error event for a wire that cannot.
-            whole = getattr(relay, "whole", None)
-            raw = await read_response(resp)
-            if whole is None:
-                raise UpstreamInvalidResponse("The upstream API did not answer with a stream.")
-            for out in whole(raw):
-                yield out
-            return
-        decoder = SSEDecoder()
-        timing: dict[str, Any] = {}
-        try:
-            async for raw in timed_chunks(resp, timing):
-                for event in decoder.feed(raw):
-                    for out in relay.feed(event.event, event.data, event.raw):
-                        yield out
-        finally:
-            self.upstream_ms += timing.get("upstream_ms", 0.0)
-        for event in decoder.flush():
-            for out in relay.feed(event.event, event.data, event.raw):
-                yield out

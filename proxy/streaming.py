@@ -1,0 +1,93 @@
+"""A streamed turn's relay: the upstream's events to the client, in the wire's own shape.
+
+Each upstream round goes through the wire's `StreamRelay`, which hides the proxy's extract
+calls; the pipeline answers them and asks upstream again, and the client sees one stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from proxy.errors import ProxyError, UpstreamInvalidResponse
+from proxy.extract_tool import split_calls
+from proxy.sse import SSEDecoder
+from proxy.upstream import UpstreamResponse, read_response, timed_chunks
+from proxy.wire.base import JSON, StreamRelay, Usage
+
+if TYPE_CHECKING:
+    from proxy.pipeline import Pipeline
+
+log = logging.getLogger("proxy.pipeline")
+
+
+async def relay_stream(p: Pipeline, resp: UpstreamResponse, body: JSON) -> AsyncIterator[bytes]:
+    """The client's stream: each upstream round relayed, the proxy's extract rounds hidden
+    and answered, the turn finished before the last events."""
+    relay = p.wire.stream_relay(p.client_body)
+    last_usage: Usage | None = None
+    rounds = 0
+    hidden_last = False
+    try:
+        while True:
+            async for out in _relay_round(p, resp, relay):
+                yield out
+            await resp.aclose()
+            rnd = relay.end_round()
+            p.note_first(rnd)
+            last_usage = rnd.usage or last_usage
+            _, extract = split_calls(rnd.message.get("tool_calls"))
+            if extract and p.turn.injected:
+                results = p.extract_results(extract)
+                if rnd.only_extract and p.rounds_left(rounds):
+                    rounds += 1
+                    p.continuations.append((rnd, results))
+                    body = p.current_body()  # as compacted, if a refusal escalated
+                    next_resp, error = await p.open_checked(body)
+                    if error is not None:
+                        yield relay.error(error.body)
+                        return
+                    assert next_resp is not None
+                    resp = next_resp
+                    continue
+                p.hide(rnd, extract, results)
+                hidden_last = rnd.only_extract
+            break
+        # Finished (its save queued) before the end is sent: a client closes, and may send
+        # its next request, as soon as it reads the end.
+        await p.finish(last_usage)
+        for out in relay.finish(hidden_last=hidden_last):
+            yield out
+    except ProxyError as exc:
+        log.warning("upstream failed mid-stream: %s", type(exc).__name__)
+        yield relay.error(None, type(exc).__name__)
+    finally:
+        await resp.aclose()
+
+
+async def _relay_round(
+    p: Pipeline, resp: UpstreamResponse, relay: StreamRelay
+) -> AsyncIterator[bytes]:
+    if "json" in (resp.headers.get("content-type") or "").lower():
+        # The upstream answered the stream request with plain JSON: relay it whole (as one
+        # chunk), or end the stream with an error event for a wire that cannot.
+        whole = getattr(relay, "whole", None)
+        raw = await read_response(resp)
+        if whole is None:
+            raise UpstreamInvalidResponse("The upstream API did not answer with a stream.")
+        for out in whole(raw):
+            yield out
+        return
+    decoder = SSEDecoder()
+    timing: dict[str, Any] = {}
+    try:
+        async for raw in timed_chunks(resp, timing):
+            for event in decoder.feed(raw):
+                for out in relay.feed(event.event, event.data, event.raw):
+                    yield out
+    finally:
+        p.upstream_ms += timing.get("upstream_ms", 0.0)
+    for event in decoder.flush():
+        for out in relay.feed(event.event, event.data, event.raw):
+            yield out
