@@ -54,7 +54,10 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
             system.append(msg)
         elif group is not None and role in ("tool", "user"):
             j = i + 1
-            while j < len(messages) and _same_group(messages[j], group):
+            while j < len(messages):
+                nxt = messages[j]
+                if not (nxt.get(X_GROUP) == group and nxt.get("role") in ("tool", "user")):
+                    break
                 j += 1
             out.append(_group_to_wire(messages[i:j], pending))
             pending = []
@@ -80,10 +83,6 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
     first = next((m for m in messages if m.get("role") != "system"), None)
     _repair(out, whole=first is not None and bool(first.get(X_FIRST)))
     return _system_from(system), out
-
-
-def _same_group(msg: dict[str, Any], group: Any) -> bool:
-    return msg.get(X_GROUP) == group and msg.get("role") in ("tool", "user")
 
 
 def _original(msg: dict[str, Any]) -> Any:
@@ -132,8 +131,13 @@ def _group_to_wire(
     group: Sequence[dict[str, Any]], pending: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """One user message again from its tool results and the rest of its blocks."""
-    results = [_result_to_wire(m) for m in group if m["role"] == "tool"]
-    rest_msg = next((m for m in group if m["role"] == "user"), None)
+    results = []
+    rest_msg = None
+    for m in group:
+        if m["role"] == "tool":
+            results.append(_result_to_wire(m))
+        elif rest_msg is None and m["role"] == "user":
+            rest_msg = m
     rest: list[Any] = []
     envelope: dict[str, Any]
     if rest_msg is not None:
@@ -148,9 +152,8 @@ def _group_to_wire(
             return envelope  # nothing changed: the client's own message
     else:
         envelope = group[0][X_ENVELOPE]
-    content = [*pending, *results, *rest]
-    wire = {k: content if k == "content" else v for k, v in envelope.items()}
-    wire.setdefault("content", content)
+    wire = dict(envelope.items())  # its keys in their order; content where it was, else last
+    wire["content"] = [*pending, *results, *rest]
     return wire
 
 
@@ -178,6 +181,14 @@ def _user_to_wire(
 
 def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
     items = msg.get(X_ITEMS)
+    if isinstance(items, list) and len(items) == 1 and isinstance(items[0], dict):
+        # The common case, one original neither retexted nor joined by a hidden call: it
+        # goes back as it came, found in one walk of its blocks.
+        text, known = _text_and_ids(items[0])
+        if msg.get("content") == text and not any(
+            isinstance(c, dict) and c.get("id") not in known for c in msg.get("tool_calls") or []
+        ):
+            return [items[0]]
     originals = [o for o in items if isinstance(o, dict)] if isinstance(items, list) else []
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
     if not originals:
@@ -200,19 +211,45 @@ def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
     return originals
 
 
+def _text_and_ids(message: dict[str, Any]) -> tuple[str | None, set[str]]:
+    """`run_text([message])` and `tool_use_ids(message)`, in one walk of its blocks."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return run_text([message]), set()
+    texts: list[str] = []
+    ids: set[str] = set()
+    assistant = message.get("role") == "assistant"
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+        elif kind == "tool_use" and assistant:
+            call_id = block.get("id")
+            if isinstance(call_id, str):
+                ids.add(call_id)
+    return "\n".join(texts) or None, ids
+
+
 def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
     """Make a history that lost its start (a summary cut) one Anthropic accepts."""
     if not whole and out and out[0].get("role") != "user":
         out.insert(0, {"role": "user", "content": CONTINUED})
     run: set[str] = set()  # tool_use ids of the assistant messages just before
+    before: Any = None  # the role of the message before
     for k, msg in enumerate(out):
-        content = msg.get("content")
-        after_assistant = k > 0 and out[k - 1].get("role") == "assistant"
-        if msg.get("role") == "assistant":
+        role = msg.get("role")
+        after_assistant = before == "assistant"
+        before = role
+        if role == "assistant":
             run = (run if after_assistant else set()) | tool_use_ids(msg)
-        if msg.get("role") != "user" or not isinstance(content, list):
+        content = msg.get("content")
+        if role != "user" or not isinstance(content, list):
             continue
         calls = run if after_assistant else set()
+        if not _has_orphan(content, calls):
+            continue
         orphan = [
             isinstance(b, dict)
             and b.get("type") == "tool_result"
@@ -233,6 +270,17 @@ def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
             if o or not (isinstance(b, dict) and b.get("type") == "tool_result")
         ]
         out[k] = {**msg, "content": [*first, *later]}
+
+
+def _has_orphan(content: list[Any], calls: set[str]) -> bool:
+    for block in content:
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "tool_result"
+            and block.get("tool_use_id") not in calls
+        ):
+            return True
+    return False
 
 
 def _orphan_text(block: dict[str, Any]) -> dict[str, Any]:

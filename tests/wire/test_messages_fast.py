@@ -1,9 +1,9 @@
 """The Messages wire's fast paths agree with its plain reference ones, on any input.
 
-`to_neutral` (one pass) against the reference in `messages_reference`: the same neutral
-messages, key order and shared objects included, or the same error; `plainly_valid` says yes
-exactly when `check_request` finds nothing; the breakpoint count matches the positions.
-Inputs are valid requests, the same with one fault put in, and JSON made of near misses.
+`to_neutral` (one pass) and `from_neutral` against the references in `messages_reference`:
+the same output, key order and shared objects included, or the same error; `plainly_valid`
+says yes exactly when `check_request` finds nothing; the breakpoint count matches the
+positions. Generated inputs (`messages_fuzz`) and tables of the edge cases.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.wire.messages_checks import MalformedRequest, check_request, plainly_valid
-from proxy.wire.messages_neutral import to_neutral
+from proxy.wire.messages_blocks import from_neutral
+from proxy.wire.messages_checks import plainly_valid
+from proxy.wire.messages_neutral import X_ITEMS, to_neutral
 from proxy.wire.messages_request import (
     EXTRACT_TOOL,
     _message_breakpoints,
@@ -26,158 +27,15 @@ from proxy.wire.messages_request import (
 )
 
 from . import messages_reference as reference
-from .messages_cases import requests, session
-
-short_text = st.text(max_size=4)
-junk = st.sampled_from([None, 0, 2, True, [], {}, "x"])
-call_ids = st.sampled_from(["toolu_0", "toolu_1", "toolu_2", "a"])
-mark = st.sampled_from([{"type": "ephemeral"}, "ephemeral", None])
-
-
-@st.composite
-def fields(draw: st.DrawFn, wanted: dict[str, st.SearchStrategy[Any]]) -> dict[str, Any]:
-    """Each field present with a good value (mostly), a bad one, or absent; in any order."""
-    out: dict[str, Any] = {}
-    for key, good in wanted.items():
-        choice = draw(st.integers(0, 11))
-        if choice < 10:
-            out[key] = draw(good)
-        elif choice == 10:
-            out[key] = draw(junk)
-    keys = draw(st.permutations(list(out)))
-    return {k: out[k] for k in keys}
-
-
-inner_block = st.one_of(
-    fields({"type": st.just("text"), "text": short_text, "cache_control": mark}),
-    fields({"type": st.sampled_from(["image", "document"]), "source": st.just({"type": "url"})}),
-    junk,
+from .messages_cases import session
+from .messages_fuzz import (
+    containers,
+    histories,
+    neutral_histories,
+    outcome,
+    reference_error,
+    structure,
 )
-BLOCKS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
-    "text": {"text": short_text},
-    "thinking": {"thinking": short_text, "signature": short_text},
-    "redacted_thinking": {"data": short_text},
-    "tool_use": {"id": call_ids, "name": short_text, "input": st.just({"q": 1})},
-    "tool_result": {
-        "tool_use_id": call_ids,
-        "content": st.one_of(short_text, st.lists(inner_block, max_size=2)),
-        "is_error": st.booleans(),
-    },
-    "image": {
-        "source": st.sampled_from(
-            [
-                {"type": "base64", "media_type": "image/png", "data": "iVBO"},
-                {"type": "url", "url": "https://example.com/a.png"},
-                {"type": "file", "file_id": "f"},
-            ]
-        )
-    },
-    "search_result": {"content": st.just([])},
-}
-
-
-@st.composite
-def block(draw: st.DrawFn) -> Any:
-    kind = draw(st.sampled_from([*BLOCKS, "none"]))
-    if kind == "none":
-        return draw(st.one_of(junk, fields({"type": junk, "text": short_text})))
-    return draw(fields({"type": st.just(kind), **BLOCKS[kind], "cache_control": mark}))
-
-
-@st.composite
-def message(draw: st.DrawFn) -> Any:
-    if draw(st.integers(0, 19)) == 0:
-        return draw(junk)
-    role = draw(st.sampled_from(["user", "user", "assistant", "assistant", "system", "tool", 1]))
-    content = st.one_of(short_text, st.lists(block(), max_size=3), junk)
-    return draw(fields({"role": st.just(role), "content": content, "name": short_text}))
-
-
-system_strategy = st.one_of(
-    st.none(),
-    short_text,
-    st.lists(fields({"type": st.just("text"), "text": short_text, "cache_control": mark})),
-    junk,
-)
-
-
-@st.composite
-def histories(draw: st.DrawFn) -> tuple[Any, Any]:
-    """(system, messages): valid, valid with one or two faults put in, or near misses."""
-    choice = draw(st.integers(0, 3))
-    if choice == 3:
-        return draw(system_strategy), draw(st.one_of(st.lists(message(), max_size=6), junk))
-    system, messages = copy.deepcopy(draw(requests()))
-    for _ in range(choice):
-        put_fault(draw, messages)
-    return system, messages
-
-
-def put_fault(draw: st.DrawFn, messages: list[Any]) -> None:
-    """One field of a message or block (nested ones too) dropped or made junk, or a block or
-    message swapped for an arbitrary one."""
-    places: list[dict[str, Any]] = []
-    for msg in messages:
-        content = msg.get("content") if isinstance(msg, dict) else None
-        places += [msg] if isinstance(msg, dict) else []
-        for item in content if isinstance(content, list) else ():
-            inner = item.get("content") if isinstance(item, dict) else None
-            places += [item] if isinstance(item, dict) else []
-            places += [b for b in inner if isinstance(b, dict)] if isinstance(inner, list) else []
-    fault = draw(st.integers(0, 5))
-    target = draw(st.sampled_from(places)) if places and fault < 3 else {}
-    if target:
-        key = draw(st.sampled_from(sorted(target)))
-        if fault == 0:
-            del target[key]
-        else:
-            target[key] = draw(junk)
-        return
-    k = draw(st.integers(0, len(messages) - 1))
-    content = messages[k].get("content") if isinstance(messages[k], dict) else None
-    if fault == 3 and isinstance(content, list) and content:
-        content[draw(st.integers(0, len(content) - 1))] = draw(block())
-    else:
-        messages[k : k + (fault == 4)] = [draw(message())]
-
-
-def outcome(convert: Any, system: Any, messages: Any) -> Any:
-    """The neutral messages, or the error raised: its type and message."""
-    try:
-        return convert(system, messages)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def reference_error(body: Any) -> str | None:
-    try:
-        check_request(body)
-    except MalformedRequest as exc:
-        return str(exc)
-    return None
-
-
-def structure(value: Any, inputs: set[int], seen: dict[int, int]) -> Any:
-    """`value` with the input's own objects named by identity and new ones shared noted."""
-    if isinstance(value, dict | list):
-        if id(value) in inputs:
-            return ("input", id(value))
-        if id(value) in seen:
-            return ("again", seen[id(value)])
-        seen[id(value)] = len(seen)
-        if isinstance(value, dict):
-            return [(k, structure(v, inputs, seen)) for k, v in value.items()]
-        return [structure(v, inputs, seen) for v in value]
-    return (type(value).__name__, value)
-
-
-def containers(value: Any, found: set[int]) -> set[int]:
-    if isinstance(value, dict | list):
-        found.add(id(value))
-    if isinstance(value, dict | list | tuple):
-        for v in value.values() if isinstance(value, dict) else value:
-            containers(v, found)
-    return found
 
 
 @settings(max_examples=400, deadline=None)
@@ -299,6 +157,55 @@ def test_the_fast_check_says_yes_exactly_when_the_reference_finds_nothing(
     if shape == 0:
         body = messages  # not an object
     assert plainly_valid(body) == (reference_error(body) is None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(neutral_histories())
+def test_the_way_back_is_the_reference_one(history: tuple[Any, list[dict[str, Any]]]) -> None:
+    _, neutral = history
+    before = orjson.dumps(history, default=repr)
+    fast = outcome(lambda _, messages: from_neutral(messages), None, neutral)
+    slow = outcome(lambda _, messages: reference.from_neutral(messages), None, neutral)
+    inputs = containers(history, set())
+    assert structure(fast, inputs, {}) == structure(slow, inputs, {})
+    assert orjson.dumps(history, default=repr) == before  # nothing edited in place
+
+
+def grouped() -> list[dict[str, Any]]:
+    """A turn whose user message holds a result and text: a tool message and a user one."""
+    return to_neutral(None, [*turn(use()), {"role": "user", "content": [result(), TYPELESS_TEXT]}])
+
+
+TYPELESS_TEXT = {"type": "text", "text": "and this"}
+CALL = {"id": "toolu_0", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+NOT_ASSISTANT = {"role": "user", "content": [use(), {"type": "text", "text": "t"}]}
+FROM_EDGES: list[list[Any]] = [
+    # An original that is not an assistant message: its tool_use blocks are not its calls.
+    [{"role": "assistant", "content": "t", "tool_calls": [CALL], X_ITEMS: [NOT_ASSISTANT]}],
+    [{"role": "assistant", "content": "t", X_ITEMS: [NOT_ASSISTANT]}],
+    # Two user messages in one group: the first one's envelope is taken.
+    [*grouped(), {**grouped()[-1], "content": [{"type": "text", "text": "other"}]}],
+    [*grouped()[:-1], {**grouped()[-1], "content": "edited"}],
+    # Envelopes without content, or none at all.
+    [*grouped()[:2], {**grouped()[2], "x_envelope": {"role": "user"}}],
+    [*grouped()[:2], {**grouped()[2], "x_envelope": None}],
+    # Calls that are not a list, or not objects.
+    [{**grouped()[1], "tool_calls": "ab"}],
+    [{**grouped()[1], "tool_calls": 3}],
+    [{**grouped()[1], "tool_calls": [{"id": ["unhashable"]}]}],
+    # A run of two originals, and none.
+    [{**grouped()[1], X_ITEMS: [grouped()[1][X_ITEMS][0], {"role": "assistant", "content": "b"}]}],
+    [{**grouped()[1], X_ITEMS: []}],
+    [{"role": "assistant", "content": None, X_ITEMS: "x"}],
+]
+
+
+@pytest.mark.parametrize("neutral", FROM_EDGES)
+def test_edges_come_back_as_the_reference_brings_them(neutral: list[Any]) -> None:
+    inputs = containers(neutral, set())
+    fast = outcome(lambda _, messages: from_neutral(messages), None, neutral)
+    slow = outcome(lambda _, messages: reference.from_neutral(messages), None, neutral)
+    assert structure(fast, inputs, {}) == structure(slow, inputs, {})
 
 
 @settings(max_examples=200, deadline=None)
