@@ -1,11 +1,13 @@
 """Anthropic's Messages API on the wire (`POST /v1/messages`, as Claude Code sends it).
 
-Blocks map onto neutral messages in `proxy.wire.messages_blocks` (every original block rides
-along and goes back byte for byte, thinking signatures included); the bodies the proxy sends
-(the summary after the client's `system` blocks, at most 4 cache breakpoints, summary
-requests) are `proxy.wire.messages_request`, replies and usage `proxy.wire.messages_reply`,
-and the stream relay that hides extract `tool_use` blocks across rounds
-`proxy.wire.messages_stream`. Errors take Anthropic's shape. Pure.
+Blocks map onto neutral messages in `proxy.wire.messages_neutral` and back in
+`proxy.wire.messages_blocks` (every original block rides along and goes back byte for byte,
+thinking signatures included); what Anthropic would refuse is found by
+`proxy.wire.messages_checks`; the bodies the proxy sends (the summary after the client's
+`system` blocks, at most 4 cache breakpoints, summary requests) are
+`proxy.wire.messages_request`, replies and usage `proxy.wire.messages_reply`, and the stream
+relay that hides extract `tool_use` blocks across rounds `proxy.wire.messages_stream`. Errors
+take Anthropic's shape. Pure.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from proxy.errors import InvalidRequest, UpstreamInvalidResponse
 from proxy.wire import messages_reply as reply
 from proxy.wire import messages_request as request
 from proxy.wire.base import JSON, Outgoing, Round
-from proxy.wire.messages_blocks import to_neutral
+from proxy.wire.messages_checks import request_error
+from proxy.wire.messages_neutral import to_neutral
 from proxy.wire.messages_stream import MessagesRelay
 
 
@@ -30,7 +33,7 @@ def parse_body(raw: bytes) -> JSON:
         raise InvalidRequest(f"The request body is not valid JSON: {exc.msg}") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
-    problem = request.request_error(body)
+    problem = request_error(body)
     if problem is not None:
         raise InvalidRequest(problem)
     return body

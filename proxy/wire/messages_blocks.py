@@ -1,17 +1,12 @@
-"""Anthropic Messages requests <-> the neutral (Chat Completions-shaped) messages of the core.
+"""Neutral messages -> Anthropic Messages requests: the way back of `proxy.wire.messages_neutral`.
 
-`to_neutral` turns `system` + `messages` into neutral messages that carry their wire
-originals under `x_items`; `from_neutral` turns them back: verbatim where nothing changed,
-with the level-1 placeholders, the proxy's hidden extract calls, and the repairs a summary
-cut needs (every `tool_result` right after its `tool_use`, a user message first).
-
-The mapping: `system` -> one leading system message; an assistant message -> one assistant
-message (text as content, `tool_use` blocks as tool_calls, thinking as reasoning_content);
-a user message -> one tool message per `tool_result` block, then a user message for its
-other blocks, all marked with the index of the message they came from (`x_group`) so they
-are regrouped; a mid-conversation `system` message -> a user message holding it, so it keeps
-its place. Pure: no I/O. The rest of a request (summary, cache breakpoints, tools, checks)
-is in `proxy.wire.messages_request`.
+`from_neutral` turns neutral messages back into `system` + `messages`: verbatim where
+nothing changed, with the level-1 placeholders, the proxy's hidden extract calls, and the
+repairs a summary cut needs (every `tool_result` right after its `tool_use`, a user message
+first). The way there (`to_neutral`) and the private keys neutral messages carry are in
+`proxy.wire.messages_neutral`, and imported here too, where they used to live. Pure: no I/O.
+The rest of a request (summary, cache breakpoints, tools, checks) is in
+`proxy.wire.messages_request`.
 """
 
 from __future__ import annotations
@@ -23,147 +18,18 @@ from proxy.conversation_message import content_to_text
 from proxy.session import UnrecognisedHistory
 from proxy.wire.messages_content import (
     as_blocks,
-    assistant_text,
     from_parts,
-    json_text,
     parts,
     retexted,
     tool_content,
     tool_use_block,
     tool_use_ids,
 )
-
-# Private keys of neutral messages (the core ignores them and keeps them on its copies).
-X_ITEMS = "x_items"  # the original wire objects, never edited
-X_SYSTEM = "x_system"  # the leading message made from the top-level `system`
-X_GROUP = "x_group"  # index of the user message a tool result (or the rest) came from
-X_ENVELOPE = "x_envelope"  # that user message's keys, content left out (None)
-X_FIRST = "x_first"  # made from the client's first message: its history starts here
+from proxy.wire.messages_neutral import X_ENVELOPE, X_FIRST, X_GROUP, X_ITEMS, X_SYSTEM, run_text
+from proxy.wire.messages_neutral import reply_to_neutral as reply_to_neutral
+from proxy.wire.messages_neutral import to_neutral as to_neutral
 
 CONTINUED = "[The conversation before this point is summarised in the system prompt.]"
-
-# -- request -> neutral -------------------------------------------------------------------
-
-
-def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
-    """Neutral messages for a Messages request; UnrecognisedHistory if it is not one."""
-    if not isinstance(messages, list):
-        raise UnrecognisedHistory("messages is not a list")
-    out = [] if system is None else [_system_to_neutral(system)]
-    previous: Any = None
-    calls: set[str] = set()  # tool_use ids of the assistant messages just before
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict):
-            raise UnrecognisedHistory(f"message {i} is not an object")
-        _check_blocks(i, msg.get("content"))
-        role = msg.get("role")
-        after_assistant = isinstance(previous, dict) and previous.get("role") == "assistant"
-        if role == "assistant" and after_assistant:
-            # Anthropic joins consecutive assistant messages into one turn: so does the core.
-            out[-1] = _assistant_run([*out[-1][X_ITEMS], msg])
-            calls |= tool_use_ids(msg)
-        elif role == "assistant":
-            out.append(assistant_to_neutral(msg))
-            calls = tool_use_ids(msg)
-        elif role == "user":
-            out.extend(_user_to_neutral(i, msg, calls if after_assistant else set()))
-        elif role == "system":
-            # Claude Code's mid-conversation instructions: ordinary content for the core,
-            # so they stay at their place (a leading system would be moved by a summary).
-            out.append({"role": "user", "content": parts(msg["content"]), X_ITEMS: [msg]})
-        else:
-            raise UnrecognisedHistory(f"message {i} has no known role")
-        previous = msg
-    if messages:
-        out[1 if system is not None else 0][X_FIRST] = True
-    return out
-
-
-def assistant_to_neutral(message: dict[str, Any]) -> dict[str, Any]:
-    """One assistant message (a request's, or a reply reduced to role and content)."""
-    return _assistant_run([message])
-
-
-def _assistant_run(originals: list[dict[str, Any]]) -> dict[str, Any]:
-    thinking: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for message in originals:
-        content = message.get("content")
-        for block in content if isinstance(content, list) else ():
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "thinking" and isinstance(block.get("thinking"), str):
-                thinking.append(block["thinking"])
-            elif kind == "tool_use":
-                if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
-                    raise UnrecognisedHistory("a tool_use block without a string id and name")
-                function = {"name": block["name"], "arguments": json_text(block.get("input", {}))}
-                calls.append({"id": block["id"], "type": "function", "function": function})
-    neutral: dict[str, Any] = {"role": "assistant", "content": _run_text(originals)}
-    if calls:
-        neutral["tool_calls"] = calls
-    if thinking:
-        neutral["reasoning_content"] = "\n".join(thinking)
-    neutral[X_ITEMS] = list(originals)
-    return neutral
-
-
-def _run_text(originals: list[dict[str, Any]]) -> str | None:
-    texts = [t for t in (assistant_text(m.get("content")) for m in originals) if t]
-    return "\n".join(texts) or None
-
-
-def reply_to_neutral(reply: dict[str, Any]) -> dict[str, Any]:
-    """A Messages reply (`type: message`) as the neutral assistant message that follows it."""
-    return assistant_to_neutral({"role": "assistant", "content": reply.get("content") or []})
-
-
-def _system_to_neutral(system: Any) -> dict[str, Any]:
-    if isinstance(system, str):
-        return {"role": "system", "content": system, X_SYSTEM: True, X_ITEMS: [system]}
-    if isinstance(system, list) and all(isinstance(b, dict) for b in system):
-        text = "\n".join(b["text"] for b in system if isinstance(b.get("text"), str))
-        return {"role": "system", "content": text, X_SYSTEM: True, X_ITEMS: list(system)}
-    raise UnrecognisedHistory("system is neither text nor a list of blocks")
-
-
-def _check_blocks(i: int, content: Any) -> None:
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise UnrecognisedHistory(f"message {i}: content is neither text nor blocks")
-    for block in content:
-        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise UnrecognisedHistory(f"message {i}: a block without a type")
-
-
-def _user_to_neutral(i: int, msg: dict[str, Any], calls: set[str]) -> list[dict[str, Any]]:
-    content = msg["content"]
-    if isinstance(content, str) or not any(b["type"] == "tool_result" for b in content):
-        return [{"role": "user", "content": parts(content), X_ITEMS: [msg]}]
-    envelope = {k: None if k == "content" else v for k, v in msg.items()}
-    out: list[dict[str, Any]] = []
-    rest = []
-    for block in content:
-        if block["type"] != "tool_result":
-            rest.append(block)
-            continue
-        call_id = block.get("tool_use_id")
-        if not isinstance(call_id, str) or call_id not in calls:
-            raise UnrecognisedHistory(f"message {i}: a tool_result without its tool_use")
-        out.append(
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "content": tool_content(block),
-                X_ITEMS: [block],
-                X_GROUP: i,
-                X_ENVELOPE: envelope,
-            }
-        )
-    if rest:
-        out.append({"role": "user", "content": parts(rest), X_ITEMS: [msg], X_GROUP: i})
-    return out
-
 
 # -- neutral -> request -------------------------------------------------------------------
 
@@ -188,7 +54,10 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
             system.append(msg)
         elif group is not None and role in ("tool", "user"):
             j = i + 1
-            while j < len(messages) and _same_group(messages[j], group):
+            while j < len(messages):
+                nxt = messages[j]
+                if not (nxt.get(X_GROUP) == group and nxt.get("role") in ("tool", "user")):
+                    break
                 j += 1
             out.append(_group_to_wire(messages[i:j], pending))
             pending = []
@@ -214,10 +83,6 @@ def from_neutral(messages: Sequence[dict[str, Any]]) -> tuple[Any, list[dict[str
     first = next((m for m in messages if m.get("role") != "system"), None)
     _repair(out, whole=first is not None and bool(first.get(X_FIRST)))
     return _system_from(system), out
-
-
-def _same_group(msg: dict[str, Any], group: Any) -> bool:
-    return msg.get(X_GROUP) == group and msg.get("role") in ("tool", "user")
 
 
 def _original(msg: dict[str, Any]) -> Any:
@@ -266,8 +131,13 @@ def _group_to_wire(
     group: Sequence[dict[str, Any]], pending: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """One user message again from its tool results and the rest of its blocks."""
-    results = [_result_to_wire(m) for m in group if m["role"] == "tool"]
-    rest_msg = next((m for m in group if m["role"] == "user"), None)
+    results = []
+    rest_msg = None
+    for m in group:
+        if m["role"] == "tool":
+            results.append(_result_to_wire(m))
+        elif rest_msg is None and m["role"] == "user":
+            rest_msg = m
     rest: list[Any] = []
     envelope: dict[str, Any]
     if rest_msg is not None:
@@ -282,9 +152,8 @@ def _group_to_wire(
             return envelope  # nothing changed: the client's own message
     else:
         envelope = group[0][X_ENVELOPE]
-    content = [*pending, *results, *rest]
-    wire = {k: content if k == "content" else v for k, v in envelope.items()}
-    wire.setdefault("content", content)
+    wire = dict(envelope.items())  # its keys in their order; content where it was, else last
+    wire["content"] = [*pending, *results, *rest]
     return wire
 
 
@@ -312,6 +181,14 @@ def _user_to_wire(
 
 def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
     items = msg.get(X_ITEMS)
+    if isinstance(items, list) and len(items) == 1 and isinstance(items[0], dict):
+        # The common case, one original neither retexted nor joined by a hidden call: it
+        # goes back as it came, found in one walk of its blocks.
+        text, known = _text_and_ids(items[0])
+        if msg.get("content") == text and not any(
+            isinstance(c, dict) and c.get("id") not in known for c in msg.get("tool_calls") or []
+        ):
+            return [items[0]]
     originals = [o for o in items if isinstance(o, dict)] if isinstance(items, list) else []
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
     if not originals:
@@ -321,7 +198,7 @@ def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
     known = {i for o in originals for i in tool_use_ids(o)}
     extra = [tool_use_block(c) for c in calls if c.get("id") not in known]
     text = msg.get("content")
-    if text != _run_text(originals):  # the core rewrote it (a summary request shortening it)
+    if text != run_text(originals):  # the core rewrote it (a summary request shortening it)
         blocks = [b for o in originals for b in as_blocks(o.get("content"))]
         originals = [{**originals[0], "content": retexted(blocks, text)}]
     if extra:
@@ -334,19 +211,45 @@ def _assistant_to_wire(msg: dict[str, Any]) -> list[dict[str, Any]]:
     return originals
 
 
+def _text_and_ids(message: dict[str, Any]) -> tuple[str | None, set[str]]:
+    """`run_text([message])` and `tool_use_ids(message)`, in one walk of its blocks."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return run_text([message]), set()
+    texts: list[str] = []
+    ids: set[str] = set()
+    assistant = message.get("role") == "assistant"
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+        elif kind == "tool_use" and assistant:
+            call_id = block.get("id")
+            if isinstance(call_id, str):
+                ids.add(call_id)
+    return "\n".join(texts) or None, ids
+
+
 def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
     """Make a history that lost its start (a summary cut) one Anthropic accepts."""
     if not whole and out and out[0].get("role") != "user":
         out.insert(0, {"role": "user", "content": CONTINUED})
     run: set[str] = set()  # tool_use ids of the assistant messages just before
+    before: Any = None  # the role of the message before
     for k, msg in enumerate(out):
-        content = msg.get("content")
-        after_assistant = k > 0 and out[k - 1].get("role") == "assistant"
-        if msg.get("role") == "assistant":
+        role = msg.get("role")
+        after_assistant = before == "assistant"
+        before = role
+        if role == "assistant":
             run = (run if after_assistant else set()) | tool_use_ids(msg)
-        if msg.get("role") != "user" or not isinstance(content, list):
+        content = msg.get("content")
+        if role != "user" or not isinstance(content, list):
             continue
         calls = run if after_assistant else set()
+        if not _has_orphan(content, calls):
+            continue
         orphan = [
             isinstance(b, dict)
             and b.get("type") == "tool_result"
@@ -367,6 +270,17 @@ def _repair(out: list[dict[str, Any]], *, whole: bool) -> None:
             if o or not (isinstance(b, dict) and b.get("type") == "tool_result")
         ]
         out[k] = {**msg, "content": [*first, *later]}
+
+
+def _has_orphan(content: list[Any], calls: set[str]) -> bool:
+    for block in content:
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "tool_result"
+            and block.get("tool_use_id") not in calls
+        ):
+            return True
+    return False
 
 
 def _orphan_text(block: dict[str, Any]) -> dict[str, Any]:

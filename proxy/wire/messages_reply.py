@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.history import token_count
 from proxy.wire.base import Round, Usage
-from proxy.wire.messages_blocks import reply_to_neutral
+from proxy.wire.messages_neutral import reply_to_neutral
 from proxy.wire.messages_request import is_extract_use
 
 TOKEN_FIELDS = (

@@ -1,12 +1,12 @@
-"""The rest of a Messages request: bodies, summary placement, cache breakpoints, tools, checks.
+"""The rest of a Messages request: bodies, summary placement, cache breakpoints, tools, errors.
 
 `upstream_body` / `continue_body` / `summary_body` build what goes upstream from neutral
 messages; `with_summary` appends the level-2 summary as a text block after the client's
 `system` blocks, with a cache breakpoint so tools + system + summary cache as one stable
 prefix; `limit_breakpoints` keeps a request within Anthropic's 4 `cache_control`
 breakpoints; `EXTRACT_TOOL` / `inject_tool` add the proxy's tool in Anthropic's shape;
-`check_request` finds what Anthropic would refuse with a 400, and `error_body` answers it in
-Anthropic's shape. Pure: no I/O.
+`error_body` answers in Anthropic's shape what `proxy.wire.messages_checks` finds it would
+refuse with a 400 (its checks are imported here too, where they used to live). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,10 +16,14 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import orjson
+
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
 from proxy.wire.base import Outgoing, Round
 from proxy.wire.messages_blocks import from_neutral
-from proxy.wire.messages_content import tool_use_ids
+from proxy.wire.messages_checks import MalformedRequest as MalformedRequest
+from proxy.wire.messages_checks import check_request as check_request
+from proxy.wire.messages_checks import request_error as request_error
 
 MAX_BREAKPOINTS = 4
 SUMMARY_MAX_TOKENS = 8192  # Anthropic requires max_tokens; a summary of 8 sections fits
@@ -155,7 +159,10 @@ def client_defines_tool(tools: Any) -> bool:
 
 def inject_tool(tools: Any) -> list[Any]:
     """The client's tools unchanged (custom and server tools), ours last: a stable prefix."""
-    return [*(tools if isinstance(tools, list) else ()), copy.deepcopy(EXTRACT_TOOL)]
+    # A fresh copy each time (the caller may edit it); EXTRACT_TOOL is plain JSON, so a
+    # round trip through orjson copies it, several times faster than copy.deepcopy.
+    fresh = orjson.loads(orjson.dumps(EXTRACT_TOOL))
+    return [*(tools if isinstance(tools, list) else ()), fresh]
 
 
 def is_extract_use(block: Any) -> bool:
@@ -218,11 +225,28 @@ def _message_breakpoints(messages: Sequence[Any]) -> Iterator[Where]:
 
 def count_breakpoints(system: Any, tools: Any, messages: Sequence[Any]) -> int:
     """The `cache_control` breakpoints of a request: tools, system and message blocks."""
-    return (
-        len(list(_marks(tools)))
-        + len(list(_marks(system)))
-        + len(list(_message_breakpoints(messages)))
-    )
+    return len(list(_marks(tools))) + len(list(_marks(system))) + _message_mark_count(messages)
+
+
+def _message_mark_count(messages: Sequence[Any]) -> int:
+    """How many marks `_message_breakpoints` finds, without a tuple each: every request
+    counts them, and finds that nothing needs dropping."""
+    count = 0
+    for msg in messages:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if "cache_control" in block and isinstance(block["cache_control"], dict):
+                count += 1
+            if block.get("type") == "tool_result":
+                nested = block.get("content")
+                for inner in nested if isinstance(nested, list) else ():
+                    if isinstance(inner, dict) and isinstance(inner.get("cache_control"), dict):
+                        count += 1
+    return count
 
 
 def _unmarked(block: dict[str, Any]) -> dict[str, Any]:
@@ -239,13 +263,12 @@ def limit_breakpoints(
     the summary block included) goes last. A later mark caches everything before it too.
     Changed blocks and messages are copies; the rest are the very same objects.
     """
-    in_messages = list(_message_breakpoints(messages))
     in_system = [i for i, b in enumerate(system) if _marked(b)] if isinstance(system, list) else []
     in_tools = [i for i, t in enumerate(tools) if _marked(t)] if isinstance(tools, list) else []
-    excess = len(in_messages) + len(in_system) + len(in_tools) - limit
+    excess = _message_mark_count(messages) + len(in_system) + len(in_tools) - limit
     if excess <= 0:
         return system, tools, messages
-    drop_messages = in_messages[:excess]
+    drop_messages = list(_message_breakpoints(messages))[:excess]
     excess -= len(drop_messages)
     order = [*(("tools", i) for i in in_tools), *(("system", i) for i in in_system)]
     drop_system = {i for area, i in order[:excess] if area == "system"}
@@ -270,104 +293,6 @@ def limit_breakpoints(
 
 def _marked(block: Any) -> bool:
     return isinstance(block, dict) and isinstance(block.get("cache_control"), dict)
-
-
-# -- checks ---------------------------------------------------------------------------------
-
-
-class MalformedRequest(ValueError):
-    """A request Anthropic would refuse (400, `invalid_request_error`); the text says why."""
-
-
-_ROLES = ("user", "assistant", "system")
-
-
-def request_error(body: Any) -> str | None:
-    """Why Anthropic would refuse this body, in its style of message; None when it is fine."""
-    try:
-        check_request(body)
-    except MalformedRequest as exc:
-        return str(exc)
-    return None
-
-
-def check_request(body: Any) -> None:
-    """Raise MalformedRequest for a malformed body (its shape; the upstream judges the rest)."""
-    if not isinstance(body, dict):
-        raise MalformedRequest("The request body must be a JSON object.")
-    _check_system(body.get("system"))
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise MalformedRequest("messages: Input should be a valid list")
-    if not messages:
-        raise MalformedRequest("messages: at least one message is required")
-    previous: Any = None
-    calls: set[str] = set()  # the tool_use ids a tool_result here may answer
-    for i, msg in enumerate(messages):
-        where = f"messages.{i}"
-        if not isinstance(msg, dict):
-            raise MalformedRequest(f"{where}: Input should be an object")
-        role = msg.get("role")
-        if role not in _ROLES:
-            raise MalformedRequest(f"{where}.role: Input should be 'user' or 'assistant'")
-        content = msg.get("content")
-        if not isinstance(content, str | list):
-            raise MalformedRequest(f"{where}.content: Input should be a string or a list of blocks")
-        # Anthropic joins consecutive messages of one role into one turn: the calls of a run
-        # of assistant messages may be answered anywhere in the user messages that follow.
-        before = previous.get("role") if isinstance(previous, dict) else None
-        if role == "assistant":
-            calls = (calls if before == "assistant" else set()) | tool_use_ids(msg)
-        elif role != "user" or before not in ("assistant", "user"):
-            calls = set()
-        for j, block in enumerate(content if isinstance(content, list) else ()):
-            _check_block(f"{where}.content.{j}", block, str(role), calls)
-        previous = msg
-
-
-def _check_system(system: Any) -> None:
-    if system is None or isinstance(system, str):
-        return
-    if not isinstance(system, list):
-        raise MalformedRequest("system: Input should be a string or a list of text blocks")
-    for j, block in enumerate(system):
-        if not isinstance(block, dict) or block.get("type") != "text":
-            raise MalformedRequest(f"system.{j}: Input should be a text block")
-        if not isinstance(block.get("text"), str):
-            raise MalformedRequest(f"system.{j}.text: Field required (a string)")
-
-
-def _check_block(where: str, block: Any, role: str, calls: set[str]) -> None:
-    if not isinstance(block, dict):
-        raise MalformedRequest(f"{where}: Input should be an object")
-    kind = block.get("type")
-    if not isinstance(kind, str):
-        raise MalformedRequest(f"{where}.type: Field required")
-    if kind == "text" and not isinstance(block.get("text"), str):
-        raise MalformedRequest(f"{where}.text: Field required (a string)")
-    if kind == "tool_use":
-        for field in ("id", "name"):
-            if not isinstance(block.get(field), str):
-                raise MalformedRequest(f"{where}.tool_use.{field}: Field required (a string)")
-        if "input" in block and not isinstance(block["input"], dict):
-            raise MalformedRequest(f"{where}.tool_use.input: Input should be an object")
-    if kind != "tool_result":
-        return
-    call_id = block.get("tool_use_id")
-    if not isinstance(call_id, str):
-        raise MalformedRequest(f"{where}.tool_result.tool_use_id: Field required (a string)")
-    if role != "user" or call_id not in calls:
-        raise MalformedRequest(
-            f"{where}: unexpected `tool_use_id` in a `tool_result` block: {call_id[:80]}. "
-            "Each `tool_result` block must answer a `tool_use` block of the assistant turn "
-            "just before it."
-        )
-    content = block.get("content")
-    if content is not None and not isinstance(content, str | list):
-        raise MalformedRequest(f"{where}.tool_result.content: Input should be a string or a list")
-    for n, inner in enumerate(content if isinstance(content, list) else ()):
-        if not isinstance(inner, dict) or not isinstance(inner.get("type"), str):
-            raise MalformedRequest(f"{where}.tool_result.content.{n}.type: Field required")
 
 
 # -- errors ---------------------------------------------------------------------------------
