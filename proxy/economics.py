@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.turn_log import TurnLog
+
 # Cache-read price relative to uncached input, by model-name prefix (longest prefix wins).
 # Public list prices at the time of writing; an operator overrides them in the config.
 DEFAULT_CACHE_FACTORS: dict[str, float] = {
@@ -44,21 +46,28 @@ def cache_factor_for(model: str | None, overrides: Mapping[str, float] | None = 
     return FALLBACK_CACHE_FACTOR
 
 
-def observed_hit_ratio(turns: Sequence[Mapping[str, Any]], window: int = 8) -> float | None:
+def observed_hit_ratio(
+    turns: Sequence[Mapping[str, Any]] | TurnLog, window: int = 8
+) -> float | None:
     """Share of the prompt the upstream served from its cache on recent append-only turns.
 
     Only turns whose predecessor did not compact count (a compaction rewrites the prefix on
-    purpose). None when the upstream never reported `cached_tokens`.
+    purpose). None when the upstream never reported `cached_tokens`. Given the `TurnLog`
+    itself, only the records it reads are decoded (the newest, usually `window` + 1).
     """
-    recent: list[float] = []  # newest first; the log is read from its end
-    for i in range(len(turns) - 1, 0, -1):
-        if turns[i - 1].get("compaction", "none") != "none":
-            continue
-        cached, prompt = turns[i].get("cached_tokens"), turns[i].get("prompt_tokens")
-        if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
-            recent.append(min(1.0, cached / prompt))
-            if len(recent) == window:
-                break
+    newest = turns.newest_first() if isinstance(turns, TurnLog) else reversed(turns)
+    recent: list[float] = []
+    later = next(newest, None)
+    if later is None:
+        return None
+    for earlier in newest:  # `later` counts when `earlier`, its predecessor, did not compact
+        if earlier.get("compaction", "none") == "none":
+            cached, prompt = later.get("cached_tokens"), later.get("prompt_tokens")
+            if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
+                recent.append(min(1.0, cached / prompt))
+                if len(recent) == window:
+                    break
+        later = earlier
     if not recent:
         return None
     return sum(recent) / len(recent)

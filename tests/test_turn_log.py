@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy import turn_log
+from proxy.economics import observed_hit_ratio
 from proxy.session import SessionState
 from proxy.turn_log import MAX_TURNS_KEPT, TurnLog
 
@@ -87,3 +90,54 @@ def test_a_damaged_line_costs_only_itself() -> None:
         [orjson.dumps(turn(1)).decode(), "{not json", "[1, 2]", orjson.dumps(turn(2)).decode()]
     )
     assert TurnLog(text).records() == [turn(1), turn(2)]
+
+
+def _reference_hit_ratio(turns: list[dict[str, Any]], window: int) -> float | None:
+    """`observed_hit_ratio` as it was written before it could read a `TurnLog` lazily."""
+    recent: list[float] = []
+    for i in range(len(turns) - 1, 0, -1):
+        if turns[i - 1].get("compaction", "none") != "none":
+            continue
+        cached, prompt = turns[i].get("cached_tokens"), turns[i].get("prompt_tokens")
+        if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
+            recent.append(min(1.0, cached / prompt))
+            if len(recent) == window:
+                break
+    return sum(recent) / len(recent) if recent else None
+
+
+usage = st.fixed_dictionaries(
+    {},
+    optional={
+        "compaction": st.sampled_from(["none", "toolcall", "summary", 0, None]),
+        "cached_tokens": st.one_of(st.none(), st.integers(-2, 50), st.floats(0, 50)),
+        "prompt_tokens": st.one_of(st.none(), st.integers(-2, 50), st.text(max_size=2)),
+    },
+)
+damage = st.sampled_from(["", "{", "[1, 2]", "null", '{"a": 1', "}"])
+
+
+@given(st.lists(st.one_of(usage, damage), max_size=40), st.integers(0, 10), st.booleans())
+def test_the_lazy_hit_ratio_agrees_with_reading_every_record(
+    lines: list[Any], window: int, decoded: bool
+) -> None:
+    """Reading from the log's end, decoding only what it reaches, gives what decoding every
+    record gives, damaged lines (skipped by both) and an already decoded log included."""
+    text = "\n".join(x if isinstance(x, str) else orjson.dumps(x).decode() for x in lines)
+    log = TurnLog(text)
+    if decoded:
+        log.records()
+    expected = _reference_hit_ratio(TurnLog(text).records(), window)
+    assert list(log.newest_first()) == TurnLog(text).records()[::-1]
+    assert observed_hit_ratio(log, window) == expected
+    assert observed_hit_ratio(TurnLog(text).records(), window) == expected
+
+
+def test_the_hit_ratio_decodes_only_the_turns_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = TurnLog.of({**turn(n), "prompt_tokens": 10, "cached_tokens": 5} for n in range(300))
+    read: list[str] = []
+    decode = turn_log._decode
+    monkeypatch.setattr(turn_log, "_decode", lambda line: read.append(line) or decode(line))
+    assert observed_hit_ratio(log) == 0.5
+    assert len(read) == 9  # the newest 8 and the predecessor of the oldest of them
+    assert log._decoded is None
