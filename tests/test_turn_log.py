@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import turn_log
+from proxy import economics
 from proxy.economics import observed_hit_ratio
 from proxy.session import SessionState
-from proxy.turn_log import MAX_TURNS_KEPT, TurnLog
+from proxy.turn_log import MAX_TURNS_KEPT, TurnLog, decode
 
 values = st.one_of(
     st.none(),
@@ -110,34 +110,51 @@ usage = st.fixed_dictionaries(
     {},
     optional={
         "compaction": st.sampled_from(["none", "toolcall", "summary", 0, None]),
-        "cached_tokens": st.one_of(st.none(), st.integers(-2, 50), st.floats(0, 50)),
+        "cached_tokens": st.one_of(st.none(), st.booleans(), st.integers(-2, 50), st.floats(0, 50)),
         "prompt_tokens": st.one_of(st.none(), st.integers(-2, 50), st.text(max_size=2)),
+        "note": st.sampled_from(["cached_tokens", '"cached_tokens":3', "a\\b"]),
     },
 )
-damage = st.sampled_from(["", "{", "[1, 2]", "null", '{"a": 1', "}"])
+damage = st.sampled_from(
+    [
+        "",
+        "{",
+        "[1, 2]",
+        "null",
+        '{"a": 1',
+        "}",
+        '{"cached_tokens": 5, "prompt_tokens": 10}',  # not as orjson writes it
+        '{"cached_tokens":null,"cached_tokens":4,"prompt_tokens":10}',  # the last one wins
+        '{"cached\\u005ftokens":5,"prompt_tokens":10}',  # the key spelled with an escape
+        '{"x":{"cached_tokens":5},"cached_tokens":null,"prompt_tokens":10}',
+    ]
+)
 
 
-@given(st.lists(st.one_of(usage, damage), max_size=40), st.integers(0, 10), st.booleans())
+@given(st.lists(st.one_of(usage, usage, damage), max_size=40), st.integers(0, 10), st.booleans())
 def test_the_lazy_hit_ratio_agrees_with_reading_every_record(
     lines: list[Any], window: int, decoded: bool
 ) -> None:
-    """Reading from the log's end, decoding only what it reaches, gives what decoding every
-    record gives, damaged lines (skipped by both) and an already decoded log included."""
+    """Reading the stored lines from the end, decoding only those that can count, gives what
+    decoding every record gives, damaged and oddly written lines included."""
     text = "\n".join(x if isinstance(x, str) else orjson.dumps(x).decode() for x in lines)
     log = TurnLog(text)
     if decoded:
         log.records()
     expected = _reference_hit_ratio(TurnLog(text).records(), window)
-    assert list(log.newest_first()) == TurnLog(text).records()[::-1]
     assert observed_hit_ratio(log, window) == expected
     assert observed_hit_ratio(TurnLog(text).records(), window) == expected
 
 
-def test_the_hit_ratio_decodes_only_the_turns_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    log = TurnLog.of({**turn(n), "prompt_tokens": 10, "cached_tokens": 5} for n in range(300))
+@pytest.mark.parametrize(("cached", "decoded"), [(5, 9), (None, 0)])
+def test_the_hit_ratio_decodes_only_the_turns_it_reads(
+    monkeypatch: pytest.MonkeyPatch, cached: int | None, decoded: int
+) -> None:
+    """An upstream that reports cached tokens: the newest 8 turns and the predecessor of the
+    oldest of them; one that never does: none at all."""
+    log = TurnLog.of({**turn(n), "prompt_tokens": 10, "cached_tokens": cached} for n in range(300))
     read: list[str] = []
-    decode = turn_log._decode
-    monkeypatch.setattr(turn_log, "_decode", lambda line: read.append(line) or decode(line))
-    assert observed_hit_ratio(log) == 0.5
-    assert len(read) == 9  # the newest 8 and the predecessor of the oldest of them
+    monkeypatch.setattr(economics, "decode", lambda line: read.append(line) or decode(line))
+    assert observed_hit_ratio(log) == (None if cached is None else 0.5)
+    assert len(read) == decoded
     assert log._decoded is None
