@@ -73,7 +73,11 @@ class _Sizes:
     per_char: float = 0.25
 
     def __post_init__(self) -> None:
-        chars = [message_chars(m.completion_param()) for m in self.conversation.messages]
+        # A raw message's param is a copy of its dict: measure the dict, without the copy.
+        chars = [
+            message_chars(m.raw if type(m) is RawOpenAIMessage else m.completion_param())
+            for m in self.conversation.messages
+        ]
         self.per_char = self.total / max(1, sum(chars))
         self.tokens = [c * self.per_char for c in chars]
 
@@ -164,8 +168,8 @@ class CacheAwareCompactor(CompactorAbstract):
             i
             for i, m in enumerate(conv.messages)
             if isinstance(m, RawOpenAIMessage)
+            and m.key is not None  # the cheapest test first: most messages have no key
             and m.role == "tool"
-            and m.key is not None
             and not content_to_text(m.content).startswith("[Compacted, ID: ")
         ]
 

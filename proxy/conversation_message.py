@@ -255,12 +255,13 @@ def unreclaimed_param(message: Message, originals: dict[str, Content]) -> JSONDi
 def message_chars(param: dict[str, Any]) -> int:
     """Characters a model reads in one message param: text, tool-call names and arguments,
     reasoning (`measure` counts only the text fields the spec names)."""
-    total = len(content_to_text(param.get("content")))
+    content = param.get("content")
+    total = len(content) if type(content) is str else len(content_to_text(content))
     for name in ("reasoning", "reasoning_content"):
         value = param.get(name)
         if isinstance(value, str):
             total += len(value)
-    for call in param.get("tool_calls") or []:
+    for call in param.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
             total += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))

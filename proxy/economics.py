@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.turn_log import TurnLog, decode
+
 # Cache-read price relative to uncached input, by model-name prefix (longest prefix wins).
 # Public list prices at the time of writing; an operator overrides them in the config.
 DEFAULT_CACHE_FACTORS: dict[str, float] = {
@@ -44,24 +46,71 @@ def cache_factor_for(model: str | None, overrides: Mapping[str, float] | None = 
     return FALLBACK_CACHE_FACTOR
 
 
-def observed_hit_ratio(turns: Sequence[Mapping[str, Any]], window: int = 8) -> float | None:
+def observed_hit_ratio(
+    turns: Sequence[Mapping[str, Any]] | TurnLog, window: int = 8
+) -> float | None:
     """Share of the prompt the upstream served from its cache on recent append-only turns.
 
     Only turns whose predecessor did not compact count (a compaction rewrites the prefix on
-    purpose). None when the upstream never reported `cached_tokens`.
+    purpose). None when the upstream never reported `cached_tokens`. Given the `TurnLog`
+    itself, it decodes only the records that can count and their predecessors.
     """
+    if isinstance(turns, TurnLog):
+        return _log_hit_ratio(turns.lines(), window)
     recent: list[float] = []  # newest first; the log is read from its end
     for i in range(len(turns) - 1, 0, -1):
         if turns[i - 1].get("compaction", "none") != "none":
             continue
-        cached, prompt = turns[i].get("cached_tokens"), turns[i].get("prompt_tokens")
-        if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
-            recent.append(min(1.0, cached / prompt))
+        ratio = _cached_share(turns[i])
+        if ratio is not None:
+            recent.append(ratio)
             if len(recent) == window:
                 break
-    if not recent:
-        return None
-    return sum(recent) / len(recent)
+    return sum(recent) / len(recent) if recent else None
+
+
+def _cached_share(turn: Mapping[str, Any]) -> float | None:
+    cached, prompt = turn.get("cached_tokens"), turn.get("prompt_tokens")
+    if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
+        return min(1.0, cached / prompt)
+    return None
+
+
+def _uncounted(line: str) -> bool:
+    """The line's record, if it is one, surely has no `cached_tokens` count: the key is
+    absent or only null, and no escape (a backslash) could spell it another way."""
+    if "\\" in line:
+        return False
+    n = line.count("cached_tokens")
+    return n == 0 or (n == 1 and '"cached_tokens":null' in line)
+
+
+def _log_hit_ratio(lines: list[str], window: int) -> float | None:
+    """`observed_hit_ratio` over stored lines: most upstreams report the same (a count or
+    null) on every turn, so it decodes about `window` + 1 lines, or none."""
+    recent: list[float] = []
+    j, known = len(lines) - 1, None  # known: the last line decoded, (index, record)
+    while j > 0:
+        if _uncounted(lines[j]):
+            j -= 1
+            continue
+        later = known[1] if known is not None and known[0] == j else decode(lines[j])
+        j -= 1
+        ratio = None if later is None else _cached_share(later)
+        if ratio is None:
+            continue
+        # Its predecessor: the nearest record before it (damaged lines do not count).
+        earlier, k = None, j
+        while earlier is None and k >= 0:
+            earlier, k = decode(lines[k]), k - 1
+        if earlier is None:
+            break
+        known = (k + 1, earlier)
+        if earlier.get("compaction", "none") == "none":
+            recent.append(ratio)
+            if len(recent) == window:
+                break
+    return sum(recent) / len(recent) if recent else None
 
 
 @dataclass

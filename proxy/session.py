@@ -56,6 +56,7 @@ class Rebuild:
     hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
+    _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     _results: tuple[dict[int, str], dict[str, Any]] | None = field(
         default=None, init=False, repr=False
@@ -107,22 +108,23 @@ class Rebuild:
         order = list(range(start, len(messages)))
         if state.summary and state.moved_user is not None and state.moved_user < start:
             order.insert(0, state.moved_user)
-        origin = self._origin
-        for i in order:
-            raw = messages[i]
-            extra = self.hidden.get(i)
+        origin, hidden, append = self._origin, self.hidden, conv.messages.append
+        for i in order:  # every tool message has its key: `conv.append` would only append
+            raw, extra = messages[i], hidden.get(i)
             if extra is not None:
                 raw = {**raw, "tool_calls": [*raw.get("tool_calls", []), *extra.calls]}
-            msg = RawOpenAIMessage(raw, key=keys.get(i))  # copies the dict
-            conv.append(msg)
+            msg = RawOpenAIMessage(raw, keys.get(i))  # copies the dict
+            append(msg)
             origin[id(msg)] = i
-            for result in extra.results if extra else []:
+            for result in extra.results if extra else ():
                 key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
-                hidden_msg = RawOpenAIMessage(result, key=key)
-                conv.append(hidden_msg)
+                hidden_msg = RawOpenAIMessage(result, key)
+                append(hidden_msg)
                 origin[id(hidden_msg)] = i
-        present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
-        conv.reclaim([k for k in state.reclaimed if k in present])
+        if state.reclaimed:
+            present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
+            conv.reclaim([k for k in state.reclaimed if k in present])
+        self._as_built = _identities(conv)
         conv.total_tokens = state.total_tokens
         conv.compaction_counter.summary_rounds = state.summary_rounds
         conv.compaction_counter.toolcall_rounds = state.toolcall_rounds
@@ -130,10 +132,11 @@ class Rebuild:
         return conv
 
     def unchanged(self) -> bool:
-        """True when nothing applies to the client's messages: they go up as sent."""
-        return self._conversation is None and not (
-            self.state.summary or self.state.reclaimed or self.hidden
-        )
+        """True when nothing applies to the client's messages: they go up as sent (also when
+        the conversation was built but not changed since, as by a compactor that waits)."""
+        if self.state.summary or self.state.reclaimed or self.hidden:
+            return False
+        return self._conversation is None or _identities(self._conversation) == self._as_built
 
     def upstream_messages(self) -> list[dict[str, Any]]:
         """The message list to send upstream."""
@@ -173,11 +176,13 @@ class Rebuild:
 
     def sent_estimate(self) -> int:
         """The proxy's estimate of the messages it sends upstream, in tokens."""
-        if self._conversation is None and not (
-            self.state.summary or self.state.reclaimed or self.hidden
-        ):
+        if self.unchanged():
             return (self.chars + 3) // 4 + 4 * len(self.messages)  # the client's, as sent
         return estimate_tokens(self.upstream_messages())
+
+
+def _identities(conv: Conversation) -> list[object]:  # what changing a conversation replaces
+    return [m.raw if isinstance(m, RawOpenAIMessage) else m for m in conv.messages]
 
 
 def _upgrade(state: SessionState, chain: PrefixChain) -> None:

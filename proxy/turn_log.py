@@ -18,7 +18,7 @@ import orjson
 MAX_TURNS_KEPT = 300
 
 
-def _decode(line: str) -> dict[str, Any] | None:
+def decode(line: str) -> dict[str, Any] | None:
     """A stored record; None for a line that is not one (a damaged state loses only it)."""
     try:
         record = orjson.loads(line)
@@ -48,8 +48,13 @@ class TurnLog:
     def records(self) -> list[dict[str, Any]]:
         """The records, decoded; copies (records are flat): changing them changes nothing here."""
         if self._decoded is None:
-            self._decoded = [r for r in map(_decode, self._text.split("\n")) if r is not None]
+            self._decoded = [r for r in map(decode, self._text.split("\n")) if r is not None]
         return [dict(record) for record in self._decoded]
+
+    def lines(self) -> list[str]:
+        """The stored records as JSON text, oldest first, none decoded (a line may be damaged:
+        `decode` reads one, as `records` does)."""
+        return self._text.split("\n") if self._text else []
 
     def __len__(self) -> int:
         return self._text.count("\n") + 1 if self._text else 0
@@ -83,4 +88,4 @@ class TurnLog:
             del self._decoded[:extra]
 
 
-__all__ = ["MAX_TURNS_KEPT", "TurnLog"]
+__all__ = ["MAX_TURNS_KEPT", "TurnLog", "decode"]

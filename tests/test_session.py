@@ -8,9 +8,13 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.compact import placeholder_for
+from proxy.cache_compact import CacheAwareCompactor
+from proxy.compact import CompactionContext, placeholder_for
+from proxy.conversation_message import SystemPrompt
+from proxy.economics import Economics
 from proxy.fingerprint import PrefixChain
 from proxy.session import (
+    Rebuild,
     SessionState,
     UnrecognisedHistory,
     add_hidden,
@@ -318,3 +322,41 @@ def test_tool_results_are_read_when_first_asked_for() -> None:
     assert rb.upstream_messages() == msgs and rb._results is None
     assert rb.keys == reclaim_keys(msgs) == {3: "c0", 5: "c1", 7: "same", 9: "same#2"}
     assert rb.originals == {k: msgs[i]["content"] for i, k in rb.keys.items()}
+
+
+def _as_the_conversation_sends(rb: Rebuild) -> tuple[list[dict[str, Any]], int]:
+    """What `upstream_messages` and `sent_estimate` gave once the conversation was built (the
+    conversation's params, the client's own system messages in place of the prompt)."""
+    params = [
+        m.completion_param() for m in rb.conversation.messages if not isinstance(m, SystemPrompt)
+    ]
+    sent = [*rb.messages[: rb.system_count], *params]
+    return sent, estimate_tokens(sent)
+
+
+@pytest.mark.parametrize("system", ["sys", None, [{"type": "text", "text": "dev"}]])
+@pytest.mark.parametrize("resent", [False, True])
+def test_a_conversation_only_read_sends_the_clients_messages(system: Any, resent: bool) -> None:
+    """A compactor that waits builds the conversation and changes nothing: the request goes
+    up as the client sent it (the fast path), equal to what converting it back gives."""
+    msgs = history(12, system=None if system is None else "sys")
+    if isinstance(system, list):
+        msgs[0] = {"role": "developer", "content": system}
+    state = record_turn(rebuild(msgs[:-3], None), total_tokens=5000) if resent else None
+    rb = rebuild(msgs, state)
+    agent = CompactionContext(rb.conversation, lambda m: None, 500, Economics(cache_factor=0.0))
+    rb.conversation.total_tokens = rb.projected_tokens()
+    assert not CacheAwareCompactor().would_compact(agent)
+    sent, estimate = _as_the_conversation_sends(rb)
+    assert rb.unchanged() and rb.outgoing().unchanged
+    assert rb.upstream_messages() == sent == msgs
+    assert rb.sent_estimate() == estimate
+    # Any change to the conversation ends the fast path: a reclaimed result, a summary.
+    rb.conversation.reclaim(["c0"])
+    assert not rb.unchanged() and not rb.outgoing().unchanged
+    assert rb.upstream_messages() == _as_the_conversation_sends(rb)[0] != msgs
+    assert rb.sent_estimate() == _as_the_conversation_sends(rb)[1] < estimate
+    other = rebuild(msgs, None)
+    other.conversation.compact(lambda m: "SUM", keep_recent=7)
+    assert not other.unchanged()
+    assert other.upstream_messages() == _as_the_conversation_sends(other)[0]

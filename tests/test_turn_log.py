@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy import economics
+from proxy.economics import observed_hit_ratio
 from proxy.session import SessionState
-from proxy.turn_log import MAX_TURNS_KEPT, TurnLog
+from proxy.turn_log import MAX_TURNS_KEPT, TurnLog, decode
 
 values = st.one_of(
     st.none(),
@@ -87,3 +90,71 @@ def test_a_damaged_line_costs_only_itself() -> None:
         [orjson.dumps(turn(1)).decode(), "{not json", "[1, 2]", orjson.dumps(turn(2)).decode()]
     )
     assert TurnLog(text).records() == [turn(1), turn(2)]
+
+
+def _reference_hit_ratio(turns: list[dict[str, Any]], window: int) -> float | None:
+    """`observed_hit_ratio` as it was written before it could read a `TurnLog` lazily."""
+    recent: list[float] = []
+    for i in range(len(turns) - 1, 0, -1):
+        if turns[i - 1].get("compaction", "none") != "none":
+            continue
+        cached, prompt = turns[i].get("cached_tokens"), turns[i].get("prompt_tokens")
+        if isinstance(cached, int) and isinstance(prompt, int) and prompt > 0:
+            recent.append(min(1.0, cached / prompt))
+            if len(recent) == window:
+                break
+    return sum(recent) / len(recent) if recent else None
+
+
+usage = st.fixed_dictionaries(
+    {},
+    optional={
+        "compaction": st.sampled_from(["none", "toolcall", "summary", 0, None]),
+        "cached_tokens": st.one_of(st.none(), st.booleans(), st.integers(-2, 50), st.floats(0, 50)),
+        "prompt_tokens": st.one_of(st.none(), st.integers(-2, 50), st.text(max_size=2)),
+        "note": st.sampled_from(["cached_tokens", '"cached_tokens":3', "a\\b"]),
+    },
+)
+damage = st.sampled_from(
+    [
+        "",
+        "{",
+        "[1, 2]",
+        "null",
+        '{"a": 1',
+        "}",
+        '{"cached_tokens": 5, "prompt_tokens": 10}',  # not as orjson writes it
+        '{"cached_tokens":null,"cached_tokens":4,"prompt_tokens":10}',  # the last one wins
+        '{"cached\\u005ftokens":5,"prompt_tokens":10}',  # the key spelled with an escape
+        '{"x":{"cached_tokens":5},"cached_tokens":null,"prompt_tokens":10}',
+    ]
+)
+
+
+@given(st.lists(st.one_of(usage, usage, damage), max_size=40), st.integers(0, 10), st.booleans())
+def test_the_lazy_hit_ratio_agrees_with_reading_every_record(
+    lines: list[Any], window: int, decoded: bool
+) -> None:
+    """Reading the stored lines from the end, decoding only those that can count, gives what
+    decoding every record gives, damaged and oddly written lines included."""
+    text = "\n".join(x if isinstance(x, str) else orjson.dumps(x).decode() for x in lines)
+    log = TurnLog(text)
+    if decoded:
+        log.records()
+    expected = _reference_hit_ratio(TurnLog(text).records(), window)
+    assert observed_hit_ratio(log, window) == expected
+    assert observed_hit_ratio(TurnLog(text).records(), window) == expected
+
+
+@pytest.mark.parametrize(("cached", "decoded"), [(5, 9), (None, 0)])
+def test_the_hit_ratio_decodes_only_the_turns_it_reads(
+    monkeypatch: pytest.MonkeyPatch, cached: int | None, decoded: int
+) -> None:
+    """An upstream that reports cached tokens: the newest 8 turns and the predecessor of the
+    oldest of them; one that never does: none at all."""
+    log = TurnLog.of({**turn(n), "prompt_tokens": 10, "cached_tokens": cached} for n in range(300))
+    read: list[str] = []
+    monkeypatch.setattr(economics, "decode", lambda line: read.append(line) or decode(line))
+    assert observed_hit_ratio(log) == (None if cached is None else 0.5)
+    assert len(read) == decoded
+    assert log._decoded is None

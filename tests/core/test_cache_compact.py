@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from proxy.cache_compact import CacheAwareCompactor, _Sizes, message_chars
 from proxy.compact import CompactionContext
 from proxy.conversation import Conversation
+from proxy.conversation_message import RawOpenAIMessage, content_to_text
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from tests.core.helpers import add_tool_turn, sequence_errors
 
@@ -224,3 +225,68 @@ def test_a_cache_write_premium_makes_a_rewrite_cost_more() -> None:
     anthropic = Economics(cache_factor=0.1, hit_ratio=1.0, write_factor=1.25)
     assert openai.rewrite_cost(1000) == 500  # sent once at full price instead of at 0.5x
     assert anthropic.rewrite_cost(1000) == 1150  # written at 1.25x instead of read at 0.1x
+
+
+def _reference_chars(param: dict[str, Any]) -> int:
+    """`message_chars` as it was before its fast path for string content."""
+    total = len(content_to_text(param.get("content")))
+    for name in ("reasoning", "reasoning_content"):
+        value = param.get(name)
+        if isinstance(value, str):
+            total += len(value)
+    for call in param.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            total += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
+    return total
+
+
+_text = st.text(max_size=12)
+_content = st.one_of(
+    st.none(),
+    _text,
+    st.integers(),
+    st.lists(st.one_of(_text, st.fixed_dictionaries({"type": _text, "text": _text})), max_size=3),
+)
+_call = st.one_of(
+    _text,
+    st.fixed_dictionaries(
+        {"id": _text},
+        optional={
+            "function": st.one_of(
+                st.none(),
+                st.fixed_dictionaries(
+                    {}, optional={"name": st.one_of(st.none(), _text), "arguments": _content}
+                ),
+            )
+        },
+    ),
+)
+_param = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool"])},
+    optional={
+        "content": _content,
+        "reasoning": st.one_of(st.none(), _text, st.integers()),
+        "reasoning_content": _text,
+        "tool_calls": st.one_of(st.none(), st.lists(_call, max_size=3)),
+        "tool_call_id": _text,
+    },
+)
+
+
+@given(st.lists(_param, max_size=12), st.integers(0, 10**6))
+def test_sizes_measure_what_the_messages_send(params: list[dict[str, Any]], total: int) -> None:
+    """`_Sizes` reads a raw message's dict rather than a copy of it, and `message_chars` has
+    a fast path for text: the sizes are still those of the params the conversation sends."""
+    conv = Conversation()
+    conv.set_system_message_content("You are an agent.")
+    conv.set_persistent_section("client", "Be brief.")
+    conv.add_user_message("Fix the bug.")
+    for param in params:
+        conv.append(RawOpenAIMessage(param))
+    chars = [_reference_chars(m.completion_param()) for m in conv.messages]
+    assert [message_chars(p) for p in conv.completion_params()] == chars
+    sizes = _Sizes(conv, total)
+    per_char = total / max(1, sum(chars))
+    assert sizes.per_char == per_char
+    assert sizes.tokens == [c * per_char for c in chars]
