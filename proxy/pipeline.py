@@ -155,7 +155,7 @@ class Pipeline:
         state = rb.state
         model = str(self.client_body.get("model") or "")
         window = state.context_window or known_window(model, self.settings.context_windows)
-        observed = observed_hit_ratio(state.turns)
+        observed = observed_hit_ratio(state.turn_log)
         return Economics(
             cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
             hit_ratio=1.0 if observed is None else observed,
