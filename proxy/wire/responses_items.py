@@ -1,4 +1,4 @@
-"""Responses API items <-> neutral messages, and the extract tool in the Responses shape.
+"""Responses API items <-> neutral messages.
 
 A stateless Responses request carries the whole history as `input` items. `items_to_messages`
 groups them into the Chat Completions-shaped messages the core works on: leading developer or
@@ -7,7 +7,7 @@ system items become system messages, each user item a user message, each run of 
 tool call per item that has a `call_id`, and each output a tool message. Every message keeps
 the very items it came from under `x_items`; `messages_to_items` emits those verbatim, so a
 history the core left alone comes back byte for byte (reasoning `encrypted_content` included).
-Pure: no I/O.
+The extract tool in the Responses shape is `proxy.wire.responses_tool`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
+from proxy.extract_tool import content_text
 from proxy.extract_tool import is_extract_call as is_extract_call  # of a neutral tool_call
 from proxy.session import UnrecognisedHistory
 
@@ -326,45 +326,3 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[Any]:
         else:
             raise ValueError(f"a message with role {role!r} and no original items")
     return items
-
-
-# -- the extract tool ------------------------------------------------------------------------
-
-_FUNCTION: dict[str, Any] = TOOL_DEFINITION["function"]
-
-# Responses function tools are strict unless told otherwise: the schema closes its object.
-EXTRACT_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": EXTRACT_TOOL_NAME,
-    "description": _FUNCTION["description"],
-    "parameters": {**_FUNCTION["parameters"], "additionalProperties": False},
-}
-
-
-def is_extract_tool(tool: Any) -> bool:
-    """A tool definition (flat Responses shape or nested chat shape) named like ours."""
-    if not isinstance(tool, dict):
-        return False
-    fn = tool.get("function")
-    nested = fn.get("name") if isinstance(fn, dict) else None
-    return EXTRACT_TOOL_NAME in (tool.get("name"), nested)
-
-
-def client_defines_tool(tools: Any) -> bool:
-    """True when the client has a tool of our name: then we neither inject nor answer."""
-    return isinstance(tools, list) and any(is_extract_tool(t) for t in tools)
-
-
-def inject_tool(tools: Any) -> list[Any]:
-    """The client's tools (of every type, unchanged) with ours appended last."""
-    base = list(tools) if isinstance(tools, list) else []
-    return [*base, EXTRACT_TOOL]
-
-
-def is_extract_item(item: Any) -> bool:
-    """A `function_call` output item calling our tool."""
-    return (
-        isinstance(item, dict)
-        and item.get("type") == "function_call"
-        and item.get("name") == EXTRACT_TOOL_NAME
-    )
