@@ -249,9 +249,7 @@ def items_to_messages(items: Any) -> list[dict[str, Any]]:
             append(message)
             pending.append((message, texts, reasoning, calls))
         originals.append(item)
-        if kind == "reasoning" and item.get("call_id") is None:
-            # The summary (and, from open models, the reasoning text) is what a model reads
-            # back; the encrypted content is opaque and never counted nor touched.
+        if kind == "reasoning" and item.get("call_id") is None:  # what `_add` reads of it
             summary = item.get("summary")
             if summary:  # the usual one summary part read in place, as `parts_text` would
                 part = summary[0] if isinstance(summary, list) and len(summary) == 1 else None
@@ -368,14 +366,15 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[Any]:
                     continue
             items.extend(_tool_items(message, originals))
         elif role == "assistant":
+            known: set[Any] = set()  # the calls its originals make
             if isinstance(originals, list):
                 items.extend(originals)
-                known = {o.get("call_id") for o in originals if isinstance(o, dict)}
-            else:
-                known = set()
-                if message.get("content"):
-                    text = content_text(message["content"])
-                    items.append({"type": "message", "role": "assistant", "content": text})
+                for original in originals:  # (in 3.11 a loop costs less than a comprehension)
+                    if isinstance(original, dict):
+                        known.add(original.get("call_id"))
+            elif message.get("content"):
+                text = content_text(message["content"])
+                items.append({"type": "message", "role": "assistant", "content": text})
             for call in message.get("tool_calls") or ():
                 if isinstance(call, dict) and call.get("id") not in known:
                     items.extend(_function_call(call))
