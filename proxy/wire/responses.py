@@ -3,8 +3,9 @@
 Items map onto neutral messages in `proxy.wire.responses_items` (every original item rides
 along and goes back byte for byte, reasoning `encrypted_content` included); the stream relay
 that hides the proxy's extract calls across rounds is `proxy.wire.responses_stream`, the
-rule of what a round shows `proxy.wire.responses_rounds`, and the bodies the proxy writes
-itself `proxy.wire.responses_requests`. A request that names `previous_response_id` or a
+rule of what a round shows `proxy.wire.responses_rounds`, the bodies the proxy writes itself
+`proxy.wire.responses_requests`, and its extract tool in this API's shape
+`proxy.wire.responses_tool`. A request that names `previous_response_id` or a
 server-side `conversation` keeps its history on the provider's side, where the proxy cannot
 compact it: it passes through unchanged (`x-xun-compaction: unsupported`). Pure.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
 from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
+from proxy.wire import responses_tool as tool
 from proxy.wire.base import JSON, Outgoing, Round, Unsupported, json_object
 from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
 from proxy.wire.responses_rounds import merge_responses, round_of, to_round
@@ -98,10 +100,10 @@ class ResponsesWire:
         return body.get("tools")
 
     def with_extract_tool(self, tools: Any) -> list[Any]:
-        return items.inject_tool(tools)
+        return tool.inject_tool(tools)
 
     def defines_extract_tool(self, tools: Any) -> bool:
-        return items.client_defines_tool(tools)
+        return tool.client_defines_tool(tools)
 
     def can_inject(self, body: JSON) -> bool:
         return True
@@ -160,7 +162,7 @@ class ResponsesWire:
         return merge_responses([r.raw for r in rounds], client_fields=_client_fields(body))
 
     def stream_relay(self, body: JSON) -> Relay:
-        hide = not items.client_defines_tool(body.get("tools"))
+        hide = not tool.client_defines_tool(body.get("tools"))
         return Relay(hide_extract=hide, client_fields=_client_fields(body))
 
     def summary_body(self, body: JSON, chat_body: JSON) -> JSON:

@@ -1,4 +1,4 @@
-"""Responses API items <-> neutral messages, and the extract tool in the Responses shape.
+"""Responses API items <-> neutral messages.
 
 A stateless Responses request carries the whole history as `input` items. `items_to_messages`
 groups them into the Chat Completions-shaped messages the core works on: leading developer or
@@ -7,7 +7,7 @@ system items become system messages, each user item a user message, each run of 
 tool call per item that has a `call_id`, and each output a tool message. Every message keeps
 the very items it came from under `x_items`; `messages_to_items` emits those verbatim, so a
 history the core left alone comes back byte for byte (reasoning `encrypted_content` included).
-Pure: no I/O.
+The extract tool in the Responses shape is `proxy.wire.responses_tool`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
+from proxy.extract_tool import content_text
 from proxy.extract_tool import is_extract_call as is_extract_call  # of a neutral tool_call
 from proxy.session import UnrecognisedHistory
 
@@ -75,8 +75,15 @@ def parts_text(content: Any) -> str:
     """The text of a message's content: a string as is, text and refusal parts joined."""
     if isinstance(content, str):
         return content
+    if not isinstance(content, list):
+        return ""
+    if len(content) == 1:  # the usual one part: its text as is, without a join
+        part = content[0]
+        text = part.get("text") if isinstance(part, dict) else None
+        if isinstance(text, str):
+            return text
     texts: list[str] = []
-    for part in content if isinstance(content, list) else ():
+    for part in content:
         if isinstance(part, dict):
             text = part.get("text", part.get("refusal"))
             if isinstance(text, str):
@@ -129,47 +136,51 @@ def _arguments(item: dict[str, Any]) -> str:
     return ""
 
 
-class _Group:
-    """One run of model items becoming one assistant message."""
+def _add(
+    item: dict[str, Any],
+    kind: str,
+    i: int,
+    texts: list[str],
+    reasoning: list[str],
+    calls: list[dict[str, Any]],
+    call_ids: set[str],
+) -> None:
+    """A model item's share of its assistant message: its text, its reasoning, its call."""
+    if kind == "message":
+        content = item.get("content")
+        if not isinstance(content, str | list):
+            raise _fail(i, "an assistant message without text or parts")
+        texts.append(parts_text(content))
+    elif kind == "reasoning":
+        # The summary (and, from open models, the reasoning text) is what a model reads
+        # back; the encrypted content is opaque and never counted nor touched.
+        found = (parts_text(item.get("summary")), parts_text(item.get("content")))
+        reasoning.extend(text for text in found if text)
+    call_id = item.get("call_id")
+    if call_id is None:
+        return
+    if not isinstance(call_id, str):
+        raise _fail(i, "a call_id that is not a string")
+    name = item.get("name")
+    function = {"name": name if isinstance(name, str) else kind, "arguments": _arguments(item)}
+    calls.append({"id": call_id, "type": "function", "function": function})
+    call_ids.add(call_id)
 
-    def __init__(self) -> None:
-        self.message: dict[str, Any] = {"role": "assistant", "content": None, X_ITEMS: []}
-        self.calls: list[dict[str, Any]] = []
-        self.texts: list[str] = []
-        self.reasoning: list[str] = []
-        self.call_ids: set[str] = set()
 
-    def add(self, item: dict[str, Any], kind: str, i: int) -> None:
-        self.message[X_ITEMS].append(item)
-        if kind == "message":
-            content = item.get("content")
-            if not isinstance(content, str | list):
-                raise _fail(i, "an assistant message without text or parts")
-            self.texts.append(parts_text(content))
-        elif kind == "reasoning":
-            # The summary (and, from open models, the reasoning text) is what a model reads
-            # back; the encrypted content is opaque and never counted nor touched.
-            texts = (parts_text(item.get("summary")), parts_text(item.get("content")))
-            self.reasoning.extend(text for text in texts if text)
-        call_id = item.get("call_id")
-        if call_id is None:
-            return
-        if not isinstance(call_id, str):
-            raise _fail(i, "a call_id that is not a string")
-        name = item.get("name")
-        function = {"name": name if isinstance(name, str) else kind, "arguments": _arguments(item)}
-        self.calls.append({"id": call_id, "type": "function", "function": function})
-        self.call_ids.add(call_id)
+# An assistant message being filled from a run of model items: the message (its items under
+# `x_items`), its texts, its reasoning texts and its tool calls.
+_Pending = tuple[dict[str, Any], list[str], list[str], list[dict[str, Any]]]
 
-    def done(self) -> dict[str, Any]:
-        message = self.message
-        if self.texts:
-            message["content"] = "\n".join(self.texts)
-        if self.reasoning:
-            message["reasoning_content"] = "\n".join(self.reasoning)
-        if self.calls:
-            message["tool_calls"] = self.calls
-        return message
+
+def _complete(pending: list[_Pending]) -> None:
+    """The assistant messages, filled in once their runs have ended."""
+    for message, texts, reasoning, calls in pending:
+        if texts:
+            message["content"] = "\n".join(texts)
+        if reasoning:
+            message["reasoning_content"] = "\n".join(reasoning)
+        if calls:
+            message["tool_calls"] = calls
 
 
 def _client_message(item: dict[str, Any], i: int, leading: bool) -> dict[str, Any]:
@@ -184,45 +195,82 @@ def _client_message(item: dict[str, Any], i: int, leading: bool) -> dict[str, An
 
 
 def items_to_messages(items: Any) -> list[dict[str, Any]]:
-    """A request's `input` as neutral messages; UnrecognisedHistory when it cannot be."""
+    """A request's `input` as neutral messages; UnrecognisedHistory when it cannot be.
+
+    One pass, per request, so kept lean: the items are referenced, never copied, and the
+    kinds an agent's history is made of (reasoning, function calls, their text outputs) take
+    a short path when well formed. Any other item, or any doubt, takes the general path,
+    which decides (and words) every refusal."""
     if isinstance(items, str):
         return [{"role": "user", "content": items, X_ITEMS: [{"role": "user", "content": items}]}]
     if not isinstance(items, list):
         raise UnrecognisedHistory("input is neither text nor a list of items")
     messages: list[dict[str, Any]] = []
-    groups: list[_Group] = []
-    group: _Group | None = None  # the assistant message being filled
+    append = messages.append
+    pending: list[_Pending] = []
+    # The assistant message being filled (None when none is), and its parts.
+    originals: list[dict[str, Any]] | None = None
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
     open_calls: set[str] = set()  # calls the next outputs may answer
-    leading = True
+    leading = True  # nothing but system and developer items yet (an output follows a call)
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise _fail(i, "an item that is not an object")
-        kind = _item_type(item, i)
-        role = item.get("role") if kind == "message" else None
-        if kind == "message" and role != "assistant":
-            leading = leading and role in SYSTEM_ROLES
-            messages.append(_client_message(item, i, leading))
-            group, open_calls = None, set()
-            continue
+        kind = item.get("type")
+        if kind == "function_call_output":
+            link, output = item.get("call_id"), item.get("output")
+            if isinstance(output, str) and isinstance(link, str) and link in open_calls:
+                append({"role": "tool", "tool_call_id": link, "content": output, X_ITEMS: [item]})
+                originals = None
+                continue
+        if kind != "reasoning" and kind != "function_call":
+            kind = kind if kind == "message" else _item_type(item, i)
+            if kind == "message" and item.get("role") != "assistant":
+                leading = leading and item.get("role") in SYSTEM_ROLES
+                append(_client_message(item, i, leading))
+                originals, open_calls = None, set()
+                continue
+            link = None if kind == "message" else _output_link(item, kind, i)
+            if link is not None:
+                if link not in open_calls:
+                    raise _fail(i, f"an output for call {link!r}, which no call just before made")
+                content = output_content(item)
+                append({"role": "tool", "tool_call_id": link, "content": content, X_ITEMS: [item]})
+                originals = None
+                continue
+        # A model item: it joins the assistant message being filled, or starts one.
         leading = False
-        link = _output_link(item, kind, i)
-        if link is not None:
-            if link not in open_calls:
-                raise _fail(i, f"an output for call {link!r}, which no call just before made")
-            content = output_content(item)
-            messages.append(
-                {"role": "tool", "tool_call_id": link, "content": content, X_ITEMS: [item]}
-            )
-            group = None
+        if originals is None:
+            originals, texts, reasoning, calls = [], [], [], []
+            open_calls = set()
+            message = {"role": "assistant", "content": None, X_ITEMS: originals}
+            append(message)
+            pending.append((message, texts, reasoning, calls))
+        originals.append(item)
+        if kind == "reasoning" and item.get("call_id") is None:  # what `_add` reads of it
+            summary = item.get("summary")
+            if summary:  # the usual one summary part read in place, as `parts_text` would
+                part = summary[0] if isinstance(summary, list) and len(summary) == 1 else None
+                text = part.get("text") if isinstance(part, dict) else None
+                if not isinstance(text, str):
+                    text = parts_text(summary)
+                if text:
+                    reasoning.append(text)
+            content = item.get("content")
+            if content and (text := parts_text(content)):
+                reasoning.append(text)
             continue
-        if group is None:
-            group = _Group()
-            groups.append(group)
-            messages.append(group.message)
-            open_calls = group.call_ids
-        group.add(item, kind, i)
-    for done in groups:
-        done.done()
+        if kind == "function_call":
+            call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+            if isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str):
+                function = {"name": name, "arguments": arguments}
+                calls.append({"id": call_id, "type": "function", "function": function})
+                open_calls.add(call_id)
+                continue
+        _add(item, kind, i, texts, reasoning, calls, open_calls)
+    _complete(pending)
     return messages
 
 
@@ -230,12 +278,19 @@ def output_to_message(output: Any) -> dict[str, Any]:
     """A response's `output` items as one assistant message (calls, text, reasoning)."""
     if not isinstance(output, list):
         raise UnrecognisedHistory("the response's output is not a list")
-    group = _Group()
+    originals: list[dict[str, Any]] = []
+    message = {"role": "assistant", "content": None, X_ITEMS: originals}
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    call_ids: set[str] = set()
     for i, item in enumerate(output):
         if not isinstance(item, dict):
             raise _fail(i, "an output item that is not an object")
-        group.add(item, _item_type(item, i), i)
-    return group.done()
+        originals.append(item)
+        _add(item, _item_type(item, i), i, texts, reasoning, calls, call_ids)
+    _complete([(message, texts, reasoning, calls)])
+    return message
 
 
 # -- back to items ---------------------------------------------------------------------------
@@ -303,12 +358,20 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[Any]:
     for message in messages:
         role, originals = message.get("role"), message.get(X_ITEMS)
         if role == "tool":
+            # Mostly the one original whose output the message still holds: that item as is.
+            if isinstance(originals, list) and len(originals) == 1:
+                original = originals[0]
+                if isinstance(original, dict) and message.get("content") is original.get("output"):
+                    items.append(original)
+                    continue
             items.extend(_tool_items(message, originals))
         elif role == "assistant":
-            known: set[Any] = set()
+            known: set[Any] = set()  # the calls its originals make
             if isinstance(originals, list):
                 items.extend(originals)
-                known = {o.get("call_id") for o in originals if isinstance(o, dict)}
+                for original in originals:  # (in 3.11 a loop costs less than a comprehension)
+                    if isinstance(original, dict):
+                        known.add(original.get("call_id"))
             elif message.get("content"):
                 text = content_text(message["content"])
                 items.append({"type": "message", "role": "assistant", "content": text})
@@ -326,45 +389,3 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[Any]:
         else:
             raise ValueError(f"a message with role {role!r} and no original items")
     return items
-
-
-# -- the extract tool ------------------------------------------------------------------------
-
-_FUNCTION: dict[str, Any] = TOOL_DEFINITION["function"]
-
-# Responses function tools are strict unless told otherwise: the schema closes its object.
-EXTRACT_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": EXTRACT_TOOL_NAME,
-    "description": _FUNCTION["description"],
-    "parameters": {**_FUNCTION["parameters"], "additionalProperties": False},
-}
-
-
-def is_extract_tool(tool: Any) -> bool:
-    """A tool definition (flat Responses shape or nested chat shape) named like ours."""
-    if not isinstance(tool, dict):
-        return False
-    fn = tool.get("function")
-    nested = fn.get("name") if isinstance(fn, dict) else None
-    return EXTRACT_TOOL_NAME in (tool.get("name"), nested)
-
-
-def client_defines_tool(tools: Any) -> bool:
-    """True when the client has a tool of our name: then we neither inject nor answer."""
-    return isinstance(tools, list) and any(is_extract_tool(t) for t in tools)
-
-
-def inject_tool(tools: Any) -> list[Any]:
-    """The client's tools (of every type, unchanged) with ours appended last."""
-    base = list(tools) if isinstance(tools, list) else []
-    return [*base, EXTRACT_TOOL]
-
-
-def is_extract_item(item: Any) -> bool:
-    """A `function_call` output item calling our tool."""
-    return (
-        isinstance(item, dict)
-        and item.get("type") == "function_call"
-        and item.get("name") == EXTRACT_TOOL_NAME
-    )

@@ -19,7 +19,8 @@ from typing import Any
 from proxy.history import token_count
 from proxy.session import UnrecognisedHistory
 from proxy.wire.base import Round, Usage
-from proxy.wire.responses_items import X_ITEMS, is_extract_item, is_extract_tool, output_to_message
+from proxy.wire.responses_items import X_ITEMS, output_to_message
+from proxy.wire.responses_tool import is_extract_item, is_extract_tool
 
 _SUMMED = ("input_tokens", "output_tokens", "total_tokens")
 _SUMMED_DETAILS = (

@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 
 from proxy.sse import encode_data
-from proxy.wire.responses_items import is_extract_item
 from proxy.wire.responses_rounds import (
     RoundResult,
     client_view,
@@ -31,6 +30,7 @@ from proxy.wire.responses_rounds import (
     usage_of,
     usage_sum,
 )
+from proxy.wire.responses_tool import is_extract_item
 
 __all__ = [
     "ResponsesRelay",

@@ -18,16 +18,24 @@ from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
 from proxy.fingerprint import PrefixChain
 from proxy.session import UnrecognisedHistory, rebuild, validate
 from proxy.session_state import HiddenExtract, SessionState
-from proxy.wire import responses_items, responses_requests, responses_rounds, responses_stream
+from proxy.wire import (
+    responses_items,
+    responses_requests,
+    responses_rounds,
+    responses_stream,
+    responses_tool,
+)
 from proxy.wire.responses_items import (
-    EXTRACT_TOOL,
     X_ITEMS,
-    client_defines_tool,
-    inject_tool,
-    is_extract_item,
     items_to_messages,
     messages_to_items,
     output_to_message,
+)
+from proxy.wire.responses_tool import (
+    EXTRACT_TOOL,
+    client_defines_tool,
+    inject_tool,
+    is_extract_item,
 )
 from tests.core.test_purity import FORBIDDEN, imported_roots
 
@@ -728,7 +736,8 @@ def test_reclaiming_every_result_changes_only_outputs(items: list[dict[str, Any]
 
 
 @pytest.mark.parametrize(
-    "module", [responses_items, responses_requests, responses_rounds, responses_stream]
+    "module",
+    [responses_items, responses_requests, responses_rounds, responses_stream, responses_tool],
 )
 def test_the_adapter_is_pure_and_small(module: Any) -> None:
     path = Path(module.__file__)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
 from proxy.sse import SSEDecoder
 from proxy.wire.base import Usage
-from proxy.wire.responses_items import EXTRACT_TOOL, X_ITEMS, messages_to_items, output_to_message
+from proxy.wire.responses_items import X_ITEMS, messages_to_items, output_to_message
 from proxy.wire.responses_rounds import (
     RoundResult,
     hidden_indexes,
@@ -26,6 +26,7 @@ from proxy.wire.responses_rounds import (
     usage_sum,
 )
 from proxy.wire.responses_stream import ResponsesRelay, encode_event, error_event
+from proxy.wire.responses_tool import EXTRACT_TOOL
 
 Event = tuple[str, dict[str, Any], bytes]
 CLIENT_TOOLS = [{"type": "function", "name": "exec_command", "parameters": {}}]
