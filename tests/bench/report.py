@@ -30,7 +30,6 @@ def machine_block() -> str:
         "economy-compactors",
         "scale",
         "wires",
-        "wires-final",
     )
     for name in names:
         data = read_result(name)
@@ -643,7 +642,6 @@ BLOCKS = {
     "experiments-head": lambda: experiments_block("overhead-experiments-head"),
     "trail": trail_block,
     "wires": wires_block,
-    "wires-final": lambda: wires_block("wires-final"),
 }
 
 
