@@ -1,16 +1,16 @@
 """The embedded default store: one SQLite file (WAL mode), so sessions survive a restart.
 
-The standard library's `sqlite3` blocks, so one dedicated worker thread owns the writing
-connection and every write runs there, off the event loop and serialised. The one read on
-every request's path, a session's version (a few bytes by primary key), is answered on the
-caller's thread from a read-only connection instead: in WAL mode a reader never waits for a
-writer, so it takes microseconds where a trip through the worker costs two thread wake-ups;
-when it cannot answer at once (busy, an error, another thread) the worker answers. Compare-and-set
-is one statement (`UPDATE ... WHERE version = ?`, `INSERT ... ON CONFLICT DO NOTHING`), so it
-stays atomic even when several processes share the file. Leases live in their own table with
-a wall-clock expiry (processes on one machine share the clock); taking one is one upsert that
-only replaces an expired row. Retention: sessions not written for `ttl_seconds` (and expired
-leases) are deleted when the store connects and then at most once an hour.
+The standard library's `sqlite3` blocks, so a worker thread owns the main connection and
+every statement that may wait runs there, off the event loop and serialised. Two run on the
+loop's thread, where the trip through the worker (two thread wake-ups) costs more than they
+do (`proxy.store.sqlite_reader`): the read of a session's version on every request's path (a
+WAL reader never waits), and the write of a state of up to 256 KB while the write lock is
+free (busy timeout 0; the worker checkpoints the WAL). Either goes to the worker when it
+cannot answer at once. Compare-and-set is one statement (`UPDATE ... WHERE version = ?`,
+`INSERT ... ON CONFLICT DO NOTHING`), atomic even when processes share the file. Leases have
+their own table with a wall-clock expiry; taking one is one upsert that only replaces an
+expired row. Retention: sessions not written for `ttl_seconds` (and expired leases) are
+deleted when the store connects and then at most once an hour.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from proxy.store.base import (
     encode_meta,
     new_token,
 )
-from proxy.store.sqlite_reader import InlineReader, shrink
+from proxy.store.sqlite_reader import InlineReader, InlineWriter, checkpoint, shrink
 
 T = TypeVar("T")
 
@@ -73,6 +73,8 @@ _PURGE_EVERY = 3600.0
 # ones wait this long only, until one gets through: a held lock costs one request the full
 # wait, not every request while it lasts.
 _HELD_UP_TIMEOUT_S = 0.1
+# States up to this size are written from the loop (0.14 ms per 53 KB), larger ones by the worker.
+INLINE_WRITE_MAX_BYTES = 256 * 2**10
 # How long an idle proxy waits for the worker to drop its page cache (it is idle too).
 _RELEASE_WAIT_S = 1.0
 _LIST_COLUMNS = "id, tenant, session, meta, version, updated_at, length(data)"
@@ -102,6 +104,7 @@ class SQLiteStore:
         self._held_up = False  # the last write timed out on a lock: wait briefly only
         self._closed = False
         self._reader = InlineReader(self.path)
+        self._writer = InlineWriter(self.path)
 
     @property
     def where(self) -> str:
@@ -231,7 +234,30 @@ class SQLiteStore:
             self._purge(conn)
             return 1 if expected_version is None else expected_version + 1
 
+        if self._inline_write_allowed(len(data)):
+            written, version = self._writer.run(write, len(data))
+            if written and version is not None:
+                if self._held_up:  # a write got through: the worker waits in full again
+                    self._executor.submit(self._call, self._lock_freed)
+                if self._writer.checkpoint_due():
+                    self._executor.submit(self._call, checkpoint)  # the WAL, copied off the loop
+                return version
         return await self._run(write)
+
+    def _lock_freed(self, conn: sqlite3.Connection) -> None:
+        if self._held_up:
+            self._held_up = False
+            self._set_busy_timeout(conn, self.busy_timeout)
+
+    def _inline_write_allowed(self, size: int) -> bool:
+        """A small state, a store the worker has opened (the schema exists), and no purge
+        due (the worker runs it, with the next write it is given)."""
+        purge_due = self.ttl_seconds is not None and time.time() - self._purged_at >= _PURGE_EVERY
+        return (
+            size <= INLINE_WRITE_MAX_BYTES
+            and self._conn is not None
+            and not (self.read_only or self._closed or purge_due)
+        )
 
     async def delete(self, key: SessionKey) -> bool:
         def remove(conn: sqlite3.Connection) -> bool:
@@ -333,6 +359,7 @@ class SQLiteStore:
         """Empty both connections' page caches (up to 2 MiB each by SQLite's default, filled
         with the pages a burst of writes touched); the next reads come from the OS's cache."""
         self._reader.release_memory()
+        self._writer.close()  # reopened by the next write, with an empty page cache
         if self._closed or self._conn is None:
             return
         try:
@@ -345,6 +372,7 @@ class SQLiteStore:
             return
         self._closed = True
         self._reader.close()
+        self._writer.close()
 
         def shut() -> None:
             if self._conn is not None:

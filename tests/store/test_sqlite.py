@@ -274,3 +274,39 @@ async def test_releasing_memory_waits_for_a_busy_worker_only_so_long(tmp_path: P
     assert got is not None and got.data == b"x" * 100_000
     await store.close()
     store.release_memory()  # closed: nothing to do, and no error
+
+
+async def test_small_states_are_written_from_the_loop_and_the_wal_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    """A state of up to 256 KB is written on the event loop's own connection (no trip through
+    the worker), a larger one by the worker; the inline connection never checkpoints, so the
+    worker is asked to every 4 MB, and the WAL does not grow with what was written."""
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    try:
+        version = await store.put(KEY, b"x", {}, expected_version=None)  # the worker opens
+        worker_writes = 0
+        real_run = store._run
+
+        async def counting_run(fn: object) -> object:
+            nonlocal worker_writes
+            worker_writes += 1
+            return await real_run(fn)  # type: ignore[arg-type]
+
+        store._run = counting_run  # type: ignore[method-assign,assignment]
+        for _ in range(240):  # 12 MB, each state new (unchanged pages are not written again)
+            version = await store.put(KEY, os.urandom(50_000), {}, expected_version=version)
+        # Only writes that met a checkpoint (the lock held by the worker) went to the worker.
+        assert worker_writes <= 12, worker_writes
+        wal = await asyncio.to_thread(os.path.getsize, f"{path}-wal")
+        assert wal < 8 * 2**20, wal
+        before = worker_writes
+        version = await store.put(KEY, os.urandom(300_000), {}, expected_version=version)
+        assert worker_writes == before + 1  # over 256 KB: the worker's
+        with pytest.raises(StoreError):  # compare-and-set holds on the inline path too
+            await store.put(KEY, b"y", {}, expected_version=version - 1)
+        found = await store.get(KEY)
+        assert found is not None and found.version == version and len(found.data) == 300_000
+    finally:
+        await store.close()
