@@ -24,25 +24,40 @@ def shrink(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA shrink_memory")
 
 
-class InlineReader:
-    """A read-only connection used on one thread only (the event loop's), that never waits.
-
-    `fetchone` answers (True, row), or (False, None) when the caller should ask the worker:
-    an in-memory database (private to the worker's connection), a call from another thread,
-    a busy database or any error.
-    """
+class _LoopConnection:
+    """A connection of the event loop's thread: opened on first use, used from that thread
+    only, never on an in-memory database (private to the worker's connection)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._thread: int | None = None
 
-    def fetchone(self, sql: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+    def _usable(self) -> bool:
         if self.path == ":memory:":
-            return False, None
+            return False
         if self._thread is None:
             self._thread = threading.get_ident()
-        elif self._thread != threading.get_ident():
+        return self._thread == threading.get_ident()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+            self._conn = None
+
+
+class InlineReader(_LoopConnection):
+    """A read-only connection used on one thread only (the event loop's), that never waits.
+
+    `fetchone` answers (True, row), or (False, None) when the caller should ask the worker:
+    an in-memory database, a call from another thread, a busy database or any error.
+    """
+
+    def fetchone(self, sql: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        if not self._usable():
             return False, None
         try:
             if self._conn is None:
@@ -66,21 +81,13 @@ class InlineReader:
             except sqlite3.Error:
                 self.close()
 
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except sqlite3.Error:
-                pass
-            self._conn = None
-
 
 # Bytes written inline before the worker is asked to checkpoint the WAL (SQLite's own
 # automatic checkpoint comes at 1,000 pages, about 4 MB).
 CHECKPOINT_BYTES = 4 * 2**20
 
 
-class InlineWriter:
+class InlineWriter(_LoopConnection):
     """A read-write connection used on one thread only (the event loop's), that never waits.
 
     `run(fn)` answers (True, fn's result), or (False, None) when the caller should ask the
@@ -90,17 +97,11 @@ class InlineWriter:
     """
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._thread: int | None = None
+        super().__init__(path)
         self._since_checkpoint = 0
 
     def run(self, fn: Callable[[sqlite3.Connection], T], size: int) -> tuple[bool, T | None]:
-        if self.path == ":memory:":
-            return False, None
-        if self._thread is None:
-            self._thread = threading.get_ident()
-        elif self._thread != threading.get_ident():
+        if not self._usable():
             return False, None
         try:
             if self._conn is None:
@@ -124,14 +125,6 @@ class InlineWriter:
             return False
         self._since_checkpoint = 0
         return True
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except sqlite3.Error:
-                pass
-            self._conn = None
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:
