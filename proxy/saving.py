@@ -274,10 +274,11 @@ class SessionWriter:
         return True
 
     async def idle(self) -> None:
-        """Wait until every save submitted so far is written."""
-        tasks = list(self._tasks.values())
-        if tasks:
-            await asyncio.shield(asyncio.wait(tasks))
+        """Wait until every save submitted so far is written (not the ones submitted
+        meanwhile: a session under constant load keeps its writer busy)."""
+        pending = [*self._queued_done.values(), *self._writing_done.values()]
+        if pending:
+            await asyncio.shield(asyncio.gather(*pending))
 
     async def _run(self, sid: str) -> None:
         try:

@@ -133,3 +133,30 @@ async def test_a_failed_save_does_not_stop_the_next() -> None:
     await second.save(wait=False)
     await writer.idle()
     assert [t["total_tokens"] for t in (await stored(store)).turns] == [110]
+
+
+async def test_idle_waits_for_the_saves_submitted_so_far_only() -> None:
+    """The admin list and the shutdown wait for the saves made before them, not for those a
+    busy session keeps adding meanwhile (its writer may never stop)."""
+    store = CountingStore()
+    writer = SessionWriter()
+    first = answered(await loaded(store, history(2), writer), 100, 1.0)
+    await first.save(wait=False)
+    stop = asyncio.Event()
+
+    async def busy() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            turn = answered(await loaded(store, history(3), writer), 200 + n, 2.0 + n)
+            await turn.save(wait=False)
+            await asyncio.sleep(0)
+
+    load = asyncio.create_task(busy())
+    try:
+        await asyncio.wait_for(writer.idle(), 5)
+        assert (await stored(store)).turns[0]["total_tokens"] == 100
+    finally:
+        stop.set()
+        await load
+    await writer.idle()
