@@ -24,10 +24,13 @@ class CountingStore(MemoryStore):
         self.puts = 0
         self.gate: asyncio.Event | None = None
         self.fail_next = 0
+        self.delay = 0.0  # seconds a write takes, as a real store's do
 
     async def put(self, key: SessionKey, data: bytes, meta: dict[str, Any], **kw: Any) -> int:
         if self.gate is not None:
             await self.gate.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if self.fail_next:
             self.fail_next -= 1
             raise StoreError("down")
@@ -139,22 +142,25 @@ async def test_idle_waits_for_the_saves_submitted_so_far_only() -> None:
     """The admin list and the shutdown wait for the saves made before them, not for those a
     busy session keeps adding meanwhile (its writer may never stop)."""
     store = CountingStore()
+    store.delay = 0.002
     writer = SessionWriter()
     first = answered(await loaded(store, history(2), writer), 100, 1.0)
+    turns = [answered(await loaded(store, history(3), writer), 200 + n, 2.0 + n) for n in range(8)]
     await first.save(wait=False)
     stop = asyncio.Event()
 
-    async def busy() -> None:
+    async def busy() -> None:  # saves keep arriving, faster than they are written
         n = 0
         while not stop.is_set():
+            await turns[n % len(turns)].save(wait=False)
             n += 1
-            turn = answered(await loaded(store, history(3), writer), 200 + n, 2.0 + n)
-            await turn.save(wait=False)
             await asyncio.sleep(0)
 
     load = asyncio.create_task(busy())
     try:
+        await asyncio.sleep(0.01)
         await asyncio.wait_for(writer.idle(), 5)
+        assert not load.done()
         assert (await stored(store)).turns[0]["total_tokens"] == 100
     finally:
         stop.set()
