@@ -182,6 +182,7 @@ class Turn:
     `{"type": "tool_use", "name", "input", "id"?}` (ids filled in as `toolu_...`). A `status`
     other than 200 answers `error` (`{"type", "message"}`) in Anthropic's envelope;
     `stream_error` sends that error as an `event: error` after `stream_error_after` events.
+    `json_to_stream` answers a stream request with the whole message, as some gateways do.
 
     The stream fields `chunk_chars`, `chunk_delay`, `delay`, `drop_after`, `keepalive` and
     `hold` mean what they mean on `tests.fake_upstream.Reply` (the same stream writer).
@@ -195,6 +196,7 @@ class Turn:
     usage_override: dict[str, Any] | None = None
     stream_error: dict[str, Any] | None = None
     stream_error_after: int = 3
+    json_to_stream: bool = False
     chunk_chars: int = 24
     chunk_delay: float = 0.0
     delay: float = 0.0
@@ -361,7 +363,7 @@ class FakeMessages(FakeUpstream):
             error = error_body(**(turn.error or {"type": "api_error", "message": "error"}))
             return self._anthropic_json(record, turn.status, error, turn)
         message = self._message(body, turn)
-        if not body.get("stream"):
+        if not body.get("stream") or turn.json_to_stream:
             return self._anthropic_json(record, 200, message, turn)
         events = _events(message, turn)
         headers = self._anthropic_headers(turn)

@@ -183,6 +183,8 @@ class Turn:
     `calls` are `(name, arguments)` pairs (arguments a dict or a JSON string) or
     `(name, arguments, call_id)` triples. A `status` other than 200 answers `error` in OpenAI's
     shape instead; `failed` streams `response.failed` with that error after `created`.
+    `json_to_stream` answers a stream request with the whole response, as some
+    OpenAI-compatible servers do.
     """
 
     text: str | None = None
@@ -194,6 +196,7 @@ class Turn:
     usage_override: dict[str, Any] | None = None
     reasoning_tokens: int = 64
     chunk_chars: int = 8
+    json_to_stream: bool = False
 
     @classmethod
     def call(
@@ -591,7 +594,7 @@ class FakeResponses(FakeUpstream):
                 self._stored[rendered.response["id"]] = items + rendered.output
         if turn.failed:
             events = rendered.failed_events(turn.error or {})
-        elif not body.get("stream"):
+        elif not body.get("stream") or turn.json_to_stream:
             return self._json(record, 200, rendered.response)
         else:
             events = rendered.events()

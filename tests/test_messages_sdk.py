@@ -9,6 +9,7 @@ expected to fail until the proxy's /v1/messages compacting path exists (the mark
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -386,4 +387,43 @@ def test_a_tool_loop_through_the_proxy_compacts(stream: bool) -> None:
     )
     kept = [body["system"][: len(SYSTEM)] == SYSTEM for body in loop]
     checks.check("the client's system blocks are kept", all(kept), kept)
+    checks.verify()
+
+
+class WholeAnswers(ReadFilesModel):
+    """The same model behind a gateway that ignores `stream`: every answer is the whole
+    message."""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        return dataclasses.replace(super().__call__(body), json_to_stream=True)
+
+
+def test_a_streamed_loop_answered_whole_reaches_the_client_as_streams() -> None:
+    paths = [f"src/file_{n:02d}.py" for n in range(1, 13)]
+    checks = Checks()
+    with FakeMessages() as fake:
+        fake.policy = model = WholeAnswers(paths, tool="read_file", path_key="path")
+        settings = messages_settings(
+            fake, token_threshold=12_000, toolcall_keep_max=2, summary_keep_max=4
+        )
+        headers = {"X-Session-Id": "sdk-loop-whole"}
+        with (
+            UvicornThread(create_app(settings)) as proxy,
+            anthropic.Anthropic(
+                base_url=proxy.url, api_key="sk-ant-test", max_retries=0, default_headers=headers
+            ) as client,
+        ):
+            replies = run_loop(client, paths, stream=True)
+        loop = main_requests(fake, tool="read_file")
+
+    final = replies[-1].content[-1]
+    checks.check("the loop finishes", final.type == "text" and final.text == FINISHED, final)
+    checks.check("every request asked for a stream", all(b.get("stream") for b in loop))
+    seen = [b.name for r in replies for b in r.content if b.type == "tool_use"]
+    checks.check("the client never sees the extract call", EXTRACT_TOOL_NAME not in seen, seen)
+    rounds = [pair for body in loop for pair in extract_rounds(body)]
+    checks.check("the proxy answered the extract call", rounds != [], model.extracted)
+    checks.check(
+        "every request is valid for Anthropic", request_problems(fake) == [], request_problems(fake)
+    )
     checks.verify()

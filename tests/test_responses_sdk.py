@@ -10,6 +10,7 @@ it sees a placeholder.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.fake_responses import (
     FakeResponses,
     ReadFiles,
     ResponsesRequest,
+    Turn,
     after_summaries,
     file_text,
     input_items,
@@ -218,6 +220,34 @@ def test_openai_sdk_tool_loop_through_a_compaction(
         answers = [fake_upstream.answer_to(r) for r in _model_only(rounds)]
         for key in ("input_tokens", "output_tokens", "total_tokens"):
             assert getattr(usage, key) == sum(a["usage"][key] for a in answers if a), key
+
+
+class ReadFilesWhole(ReadFiles):
+    """The same model behind a server that ignores `stream`: every answer is the whole
+    response object."""
+
+    def __call__(self, request: ResponsesRequest) -> Turn:
+        return dataclasses.replace(super().__call__(request), json_to_stream=True)
+
+
+def test_a_streamed_loop_answered_whole_reaches_the_client_as_streams(
+    fake_upstream: FakeResponses, make_proxy: MakeProxy, openai_client: OpenAIClientFactory
+) -> None:
+    """Each whole answer (the hidden extract rounds' too) reaches the SDK as the event stream
+    it asked for: one response per request, no extract call, usage summed over rounds."""
+    fake_upstream.policy = ReadFilesWhole(FILES, tool="read_file")
+    proxy = make_proxy(token_threshold=THRESHOLD)
+    client = openai_client(proxy, session="responses-whole")
+    loop = ResponsesLoop(client, fake_upstream, stream=True)
+    loop.run(limit=FILES + 5)
+    assert loop.answer == f"Done: read {FILES} files."
+    assert all(r.json.get("stream") for r in _model_requests(fake_upstream))
+    _check_upstream(fake_upstream, [READ_TOOL])
+    hidden = [(usage, rounds) for usage, rounds in loop.rounds if len(_model_only(rounds)) > 1]
+    assert hidden, "no client request needed a hidden extract round"
+    for usage, rounds in hidden:
+        answers = [fake_upstream.answer_to(r) for r in _model_only(rounds)]
+        assert usage.total_tokens == sum(a["usage"]["total_tokens"] for a in answers if a)
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])

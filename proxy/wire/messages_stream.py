@@ -33,6 +33,7 @@ from proxy.wire.messages_reply import (
     usage_total,
 )
 from proxy.wire.messages_request import is_extract_use
+from proxy.wire.messages_whole import whole_events
 
 __all__ = [
     "TOKEN_FIELDS",
@@ -121,6 +122,15 @@ class MessagesRelay:
         if kind == "error":
             self._errored = True
         return [raw]  # ping, error, and event types this proxy does not know
+
+    def whole(self, raw: bytes) -> list[bytes]:
+        """What to send for a whole Message the upstream sent as the answer to a stream
+        request: the events Anthropic would have streamed, relayed like any round (a body
+        that is not a message ends the stream with an `error` event)."""
+        out: list[bytes] = []
+        for name, data in whole_events(raw):
+            out.extend(self.feed(name, orjson.dumps(data).decode(), encode_event(name, data)))
+        return out
 
     def _start(self, data: dict[str, Any], raw: bytes) -> list[bytes]:
         message = data.get("message")

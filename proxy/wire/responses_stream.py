@@ -31,6 +31,7 @@ from proxy.wire.responses_rounds import (
     usage_sum,
 )
 from proxy.wire.responses_tool import is_extract_item
+from proxy.wire.responses_whole import whole_events
 
 __all__ = [
     "ResponsesRelay",
@@ -182,6 +183,12 @@ class ResponsesRelay:
                 return []
             return [self._emit(event, data, raw)]
         return self._indexed(index, kind, event, data, raw)
+
+    def whole(self, raw: bytes) -> list[bytes]:
+        """What to send for a whole Response object the upstream sent as the answer to a
+        stream request: the events the API would have streamed, relayed like any round (a
+        body that is not a response ends the stream with an `error` event)."""
+        return [out for name, data in whole_events(raw) for out in self.feed(name, data)]
 
     def _indexed(
         self, index: int, kind: Any, name: str | None, data: dict[str, Any], raw: bytes | None
