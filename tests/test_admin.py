@@ -142,6 +142,7 @@ def test_list_pagination_and_filters(
 ) -> None:
     proxy = make_proxy(admin_key=ADMIN_KEY)
     mine = run_sessions(proxy, openai_client, ["a", "b", "c"], "sk-tenant-one")
+    proxy.settle()  # the last turn's save lands just after its answer
     between = time.time()
     time.sleep(0.01)
     theirs = run_sessions(proxy, openai_client, ["a", "d"], "sk-tenant-two")

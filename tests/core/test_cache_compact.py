@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.cache_compact import CacheAwareCompactor, _Sizes, message_chars
@@ -275,6 +275,7 @@ _param = st.fixed_dictionaries(
 
 
 @given(st.lists(_param, max_size=12), st.integers(0, 10**6))
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)  # big nested drafts
 def test_sizes_measure_what_the_messages_send(params: list[dict[str, Any]], total: int) -> None:
     """`_Sizes` reads a raw message's dict rather than a copy of it, and `message_chars` has
     a fast path for text: the sizes are still those of the params the conversation sends."""
