@@ -154,7 +154,7 @@ def create_app(
         app.state.upstream = upstream
         app.state.anthropic_upstream = anthropic
         app.state.store = active
-        app.state.writer = writer = SessionWriter()
+        app.state.writer = writer = SessionWriter(on_store_error=metrics.store_errors.inc)
         try:
             yield
         finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING
 
@@ -237,7 +238,11 @@ class SessionWriter:
     """One process's saves, one write in flight per session; saves that arrive meanwhile
     are written together once it is done (`save_together`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_store_error: Callable[[int], None] | None = None) -> None:
+        # Told how many store operations failed in saves nobody waited for (their request's
+        # log line and metrics were written before they ran).
+        self.on_store_error = on_store_error
+        self._unawaited: dict[int, int] = {}  # id(turn) -> its store errors when submitted
         self._queued: dict[str, list[Turn]] = {}
         # Per session: resolved once the queued saves are written, and once the saves being
         # written are.
@@ -245,8 +250,10 @@ class SessionWriter:
         self._writing_done: dict[str, asyncio.Future[None]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    def submit(self, turn: Turn) -> asyncio.Future[None]:
+    def submit(self, turn: Turn, *, awaited: bool = False) -> asyncio.Future[None]:
         """Queue the turn's save; the future resolves once it is written (or given up)."""
+        if not awaited:
+            self._unawaited[id(turn)] = turn.store_errors
         sid = turn.key.id
         queue = self._queued.get(sid)
         if queue is None:
@@ -259,7 +266,7 @@ class SessionWriter:
 
     async def save(self, turn: Turn) -> None:
         """Save and wait for it; a cancelled caller leaves the save to finish."""
-        await asyncio.shield(self.submit(turn))
+        await asyncio.shield(self.submit(turn, awaited=True))
 
     async def settled(self, session_id: str, wait: float | None = None) -> bool:
         """Wait until the saves of this session submitted so far are written, at most
@@ -280,6 +287,15 @@ class SessionWriter:
         if pending:
             await asyncio.shield(asyncio.gather(*pending))
 
+    def _count_errors(self, turns: list[Turn]) -> None:
+        failed = 0
+        for turn in turns:
+            before = self._unawaited.pop(id(turn), None)
+            if before is not None:
+                failed += turn.store_errors - before
+        if failed and self.on_store_error is not None:
+            self.on_store_error(failed)
+
     async def _run(self, sid: str) -> None:
         try:
             while sid in self._queued:
@@ -292,5 +308,6 @@ class SessionWriter:
                 finally:
                     done.set_result(None)
                     del self._writing_done[sid]
+                    self._count_errors(turns)
         finally:
             del self._tasks[sid]
