@@ -38,7 +38,7 @@ from .messages_fuzz import (
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories())
 def test_the_one_pass_conversion_is_the_reference_one(history: tuple[Any, Any]) -> None:
     system, messages = history
@@ -145,7 +145,7 @@ def test_edges_are_checked_as_the_reference_checks(system: Any, messages: Any) -
     assert plainly_valid(body) == (reference_error(body) is None)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories(), st.integers(0, 9))
 def test_the_fast_check_says_yes_exactly_when_the_reference_finds_nothing(
     history: tuple[Any, Any], shape: int
@@ -159,7 +159,7 @@ def test_the_fast_check_says_yes_exactly_when_the_reference_finds_nothing(
     assert plainly_valid(body) == (reference_error(body) is None)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(neutral_histories())
 def test_the_way_back_is_the_reference_one(history: tuple[Any, list[dict[str, Any]]]) -> None:
     _, neutral = history
@@ -208,7 +208,7 @@ def test_edges_come_back_as_the_reference_brings_them(neutral: list[Any]) -> Non
     assert structure(fast, inputs, {}) == structure(slow, inputs, {})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories())
 def test_the_breakpoint_count_is_the_number_of_positions(history: tuple[Any, Any]) -> None:
     _, messages = history

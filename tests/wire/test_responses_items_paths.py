@@ -176,13 +176,13 @@ any_item = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(histories())
 def test_valid_histories_convert_as_the_general_path_converts_them(items: list[Any]) -> None:
     check(items)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.one_of(agent_items(), st.lists(st.one_of(any_item, scalars), max_size=6)))
 def test_malformed_items_convert_or_are_refused_as_by_the_general_path(items: list[Any]) -> None:
     check(items)
@@ -218,13 +218,13 @@ def test_an_agents_history_converts_as_by_the_general_path() -> None:
     check(responses_body(50_000, 200)["input"])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(parts)
 def test_parts_text_joins_the_text_of_text_and_refusal_parts(content: Any) -> None:
     assert parts_text(content) == general_parts_text(content)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(histories(), st.booleans())
 def test_a_tool_message_goes_back_as_the_general_path_sends_it(
     items: list[Any], edited: bool
