@@ -23,12 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from time import monotonic
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from proxy.store.base import StoreError
-
-if TYPE_CHECKING:
-    from proxy.turn import Turn
+from proxy.store.base import SessionKey, Store, StoreError
 
 log = logging.getLogger("proxy.lease")
 
@@ -36,6 +33,21 @@ log = logging.getLogger("proxy.lease")
 # the lease of a process that died is free again soon, and is seen running down before that.
 LEASE_TTL_S = 4.0
 LEASE_WAIT_S = 60.0  # how long a request waits for another one's compaction
+
+
+class Turn(Protocol):
+    """What taking a lease needs of the request (`proxy.turn.Turn`)."""
+
+    key: SessionKey
+    store: Store
+    version: int | None
+    lease: str
+    lease_ttl: float
+    lease_wait: float
+
+    def store_failed(self, what: str, exc: StoreError) -> None: ...
+    async def refresh(self) -> bool: ...
+    def over(self, threshold: int, force_tokens: int | None) -> int | None: ...
 
 
 async def take_lease(turn: Turn, threshold: int, force_tokens: int | None) -> str | None:

@@ -24,15 +24,12 @@ import logging
 import random
 from collections.abc import Callable
 from time import monotonic
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from proxy.merge import merge_states
-from proxy.session import seal_hidden
+from proxy.session import Rebuild, seal_hidden
 from proxy.session_state import SessionState
-from proxy.store.base import SessionTooLarge, StoreError, VersionConflict
-
-if TYPE_CHECKING:
-    from proxy.turn import Turn
+from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 
 log = logging.getLogger("proxy.saving")
 
@@ -47,6 +44,20 @@ TURNS_KEPT_WHEN_TOO_LARGE = 20
 # store held up by another process must not hold up the client's next turn as well: past
 # this, the request reads what is stored, and its own save merges with the late one).
 SETTLE_WAIT_S = 1.0
+
+
+class Turn(Protocol):
+    """What saving needs of the request whose state it writes (`proxy.turn.Turn`)."""
+
+    key: SessionKey
+    store: Store
+    rb: Rebuild | None
+    version: int | None
+    saved: bytes | None
+    degraded: str | None
+    store_errors: int
+
+    def store_failed(self, what: str, exc: StoreError) -> None: ...
 
 
 def parse_state(data: bytes) -> SessionState | None:

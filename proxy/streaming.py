@@ -8,21 +8,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from starlette.responses import Response
 
 from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.extract_tool import split_calls
 from proxy.sse import SSEDecoder
+from proxy.turn import Turn
 from proxy.upstream import UpstreamResponse, read_response, timed_chunks
-from proxy.wire.base import JSON, StreamRelay, Usage
-
-if TYPE_CHECKING:
-    from proxy.pipeline import Pipeline
+from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
 
 log = logging.getLogger("proxy.pipeline")
 
 
-async def relay_stream(p: Pipeline, resp: UpstreamResponse, body: JSON) -> AsyncIterator[bytes]:
+class Rounds(Protocol):
+    """What the relay needs of the turn it streams (`proxy.pipeline.Pipeline`)."""
+
+    wire: Wire
+    client_body: JSON
+    turn: Turn
+    continuations: list[tuple[Round, list[JSON]]]
+    upstream_ms: float
+
+    def note_first(self, rnd: Round) -> None: ...
+    def extract_results(self, calls: list[JSON]) -> list[JSON]: ...
+    def rounds_left(self, done: int) -> bool: ...
+    def current_body(self) -> JSON: ...
+    def hide(self, rnd: Round, extract: list[JSON], results: list[JSON]) -> None: ...
+    async def open_checked(self, body: JSON) -> tuple[UpstreamResponse | None, Response | None]: ...
+    async def finish(self, usage: Usage | None, *, save: bool = True) -> None: ...
+
+
+async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIterator[bytes]:
     """The client's stream: each upstream round relayed, the proxy's extract rounds hidden
     and answered, the turn finished before the last events."""
     relay = p.wire.stream_relay(p.client_body)
@@ -67,7 +85,7 @@ async def relay_stream(p: Pipeline, resp: UpstreamResponse, body: JSON) -> Async
 
 
 async def _relay_round(
-    p: Pipeline, resp: UpstreamResponse, relay: StreamRelay
+    p: Rounds, resp: UpstreamResponse, relay: StreamRelay
 ) -> AsyncIterator[bytes]:
     if "json" in (resp.headers.get("content-type") or "").lower():
         # The upstream answered the stream request with plain JSON: relay it whole (as one
