@@ -555,49 +555,29 @@ def targets_check(cells: dict[str, Any], shared: dict[str, Any]) -> list[dict[st
     return checks
 
 
+def _rows(groups: dict[str, Any], fields: list[str]) -> list[list[Any]]:
+    """One row per target of each group (a cell, or a wire): the group, the target, `fields`."""
+    return [
+        [group, name, *(r.get(f) for f in fields)]
+        for group, data in groups.items()
+        for name, r in data["targets"].items()
+    ]
+
+
 def print_tables(result: dict[str, Any]) -> None:
     print_header("Wires: added latency over direct (ms) and throughput (req/s)")
-    rows = []
-    for key, cell in result["cells"].items():
-        for name, r in cell["targets"].items():
-            rows.append(
-                [
-                    key,
-                    name,
-                    r.get("n"),
-                    r.get("errors"),
-                    r.get("throughput_rps"),
-                    r.get("throughput_vs_direct"),
-                    r.get("p50_ms"),
-                    r.get("added_p50_ms"),
-                    r.get("added_p90_ms"),
-                    r.get("added_ttfb_p50_ms"),
-                    r.get("proxy_ms_p50"),
-                    r.get("proxy_cpu_ms_per_request"),
-                ]
-            )
+    fields = ["n", "errors", "throughput_rps", "throughput_vs_direct", "p50_ms", "added_p50_ms"]
+    rows = _rows(
+        result["cells"],
+        [*fields, "added_p90_ms", "added_ttfb_p50_ms", "proxy_ms_p50", "proxy_cpu_ms_per_request"],
+    )
     heads = ["cell", "target", "n", "err", "req/s", "x direct", "p50", "+p50", "+p90"]
     print(table([*heads, "+TTFB p50", "proxy_ms p50", "CPU ms/req"], rows))
     print_header("One session under concurrency (c=16, JSON)")
-    rows = []
-    for wire, data in result["shared"].items():
-        for name, r in data["targets"].items():
-            rows.append(
-                [
-                    wire,
-                    name,
-                    r.get("n"),
-                    r.get("errors"),
-                    r.get("throughput_rps"),
-                    r.get("throughput_vs_direct"),
-                    r.get("p50_ms"),
-                    r.get("added_p50_ms"),
-                    r.get("proxy_ms_p50"),
-                    r.get("proxy_cpu_ms_per_request"),
-                    r.get("lease"),
-                    r.get("unexpected_compaction"),
-                ]
-            )
+    rows = _rows(
+        result["shared"],
+        [*fields, "proxy_ms_p50", "proxy_cpu_ms_per_request", "lease", "unexpected_compaction"],
+    )
     heads = ["wire", "target", "n", "err", "req/s", "x direct", "p50", "+p50", "proxy_ms p50"]
     print(table([*heads, "CPU ms/req", "lease", "unexpected"], rows))
     print_header("Targets")
