@@ -5,8 +5,8 @@ whenever a request starts or ends (quadratic in the connections when many are id
 requests in flight that scan cost more CPU than the requests themselves. The proxy talks to a
 single origin, so its pool is a stack of idle connections (the most recently used first, as
 it is the least likely to have been closed by the server) and a semaphore for the limit.
-Connections are httpcore's own (`AsyncHTTPConnection`), so framing, timeouts and errors are
-exactly httpcore's.
+Connections are `proxy.http1.Http1Connection`s: httpcore's request, response and exception
+types over asyncio's transport and httptools' parser.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 
 import httpcore
 
+from proxy.http1 import Http1Connection
+
 
 class _Released:
     """A response body that returns its connection to the pool once it is closed."""
@@ -23,7 +25,7 @@ class _Released:
     def __init__(
         self,
         pool: OriginPool,
-        connection: httpcore.AsyncHTTPConnection,
+        connection: Http1Connection,
         response: httpcore.Response,
     ) -> None:
         self._pool = pool
@@ -57,7 +59,7 @@ class OriginPool:
         self.limit = limit
         self.keepalive_expiry = keepalive_expiry
         self._slots = asyncio.Semaphore(limit)
-        self._idle: list[httpcore.AsyncHTTPConnection] = []
+        self._idle: list[Http1Connection] = []
         self._closed = False
 
     @property
@@ -77,8 +79,8 @@ class OriginPool:
             await self._slots.acquire()
         try:
             reused = None if request.extensions.get(FRESH) else await self._reusable()
-            connection = reused or httpcore.AsyncHTTPConnection(
-                origin=request.url.origin, keepalive_expiry=self.keepalive_expiry
+            connection = reused or Http1Connection(
+                request.url.origin, keepalive_expiry=self.keepalive_expiry
             )
             try:
                 response = await connection.handle_async_request(request)
@@ -95,7 +97,7 @@ class OriginPool:
             extensions=response.extensions,
         )
 
-    async def _reusable(self) -> httpcore.AsyncHTTPConnection | None:
+    async def _reusable(self) -> Http1Connection | None:
         while self._idle:
             connection = self._idle.pop()
             if connection.is_idle() and not connection.has_expired():
@@ -103,7 +105,7 @@ class OriginPool:
             await connection.aclose()  # expired, or closed by the server meanwhile
         return None
 
-    async def put_back(self, connection: httpcore.AsyncHTTPConnection) -> None:
+    async def put_back(self, connection: Http1Connection) -> None:
         """A request's body is closed: keep its connection if it can serve another."""
         try:
             if not self._closed and connection.is_idle() and not connection.has_expired():
