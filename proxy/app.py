@@ -164,14 +164,15 @@ def create_app(
             if owned:
                 await active.close()
 
+    # The model routes first: starlette tries routes in order, and they carry the traffic.
     routes = [
+        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *admin_web_routes(),
-        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/{path:path}", anthropic_forward_endpoint, methods=FORWARD_METHODS),
         Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
     ]

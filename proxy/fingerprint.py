@@ -74,18 +74,25 @@ def message_digest(message: Any) -> bytes:
     return hashlib.blake2b(canonical(message), digest_size=16).digest()
 
 
-def raw_digests(messages: Sequence[Any], n: int) -> tuple[str | None, str]:
+def raw_digests(
+    messages: Sequence[Any], n: int, whole: bytes | None = None
+) -> tuple[str | None, str]:
     """Hashes of `messages[:n]` and of all messages, as received (key order included).
 
     Each is the SHA-256 of the list as orjson writes it; the first is None when there are
     fewer than n messages. A list is written as `[`, its items joined by `,`, then `]`, so
     the two slices are written once each and hashed in one pass: the whole list's hash
-    continues the prefix's from before its `]`.
+    continues the prefix's from before its `]`. `whole`, when given, is how orjson wrote the
+    whole list already (`proxy.json_limits.Written`): then only the tail is written, and the
+    prefix is the whole's first bytes up to where the tail's items begin.
     """
     if not 0 <= n <= len(messages):
-        return None, raw_digests(messages, len(messages))[1]
+        return None, raw_digests(messages, len(messages), whole)[1]
     try:
-        head, tail = orjson.dumps(messages[:n]), orjson.dumps(messages[n:])
+        tail = orjson.dumps(messages[n:])
+        head = _head_of(whole, tail, n, len(messages)) if whole is not None else None
+        if head is None:
+            head = orjson.dumps(messages[:n])
     except orjson.JSONEncodeError:  # a message at orjson's depth limit, too deep in a list
         return _list_digest(messages[:n]), _list_digest(messages)
     h = hashlib.sha256(memoryview(head)[:-1])
@@ -97,6 +104,22 @@ def raw_digests(messages: Sequence[Any], n: int) -> tuple[str | None, str]:
         h.update(b",")
     h.update(memoryview(tail)[1:])
     return at_n.hexdigest(), h.hexdigest()
+
+
+def _head_of(whole: bytes, tail: bytes, n: int, count: int) -> bytes | memoryview | None:
+    """The first n items' list as orjson writes it, up to its last byte (which the hash
+    leaves out), cut from the whole list's bytes; None when `whole` does not end in `tail`'s
+    items (not the list it should be)."""
+    if n == count:
+        return whole
+    if not n:
+        return b"[]"
+    # whole = `[` head items `,` tail items `]`: the head list is as long as the whole, less
+    # the tail, plus a byte (both lists lose a bracket, a comma joins them).
+    end = len(whole) - len(tail) + 1
+    if end < 2 or whole[end - 1 : end] != b"," or not whole.endswith(tail[1:]):
+        return None
+    return memoryview(whole)[:end]
 
 
 def _list_digest(messages: Sequence[Any]) -> str:

@@ -260,10 +260,11 @@ def _hidden_by_anchor(
     return found
 
 
-def rebuild(messages: Any, state: SessionState | None) -> Rebuild:
-    """Rebuild the Conversation the upstream should see for this request."""
+def rebuild(messages: Any, state: SessionState | None, written: bytes | None = None) -> Rebuild:
+    """Rebuild the Conversation the upstream should see for this request (`written`: the
+    messages as orjson wrote them already, if it did)."""
     messages = validate(messages)
-    raw_prefix, raw_hash = raw_digests(messages, state.prefix_len if state else 0)
+    raw_prefix, raw_hash = raw_digests(messages, state.prefix_len if state else 0, written)
     trusted = None
     if (
         state is not None

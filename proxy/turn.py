@@ -22,6 +22,7 @@ from typing import Any
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.economics import Economics
 from proxy.identity import tenant_of as tenant_of  # re-exported: callers import it here
+from proxy.json_limits import Written
 from proxy.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn
 from proxy.session import (
@@ -68,10 +69,17 @@ class Turn:
     defer_extract_tool: bool = False
     # The process's writer (one write in flight per session); None: each save on its own.
     writer: SessionWriter | None = None
+    # The client's body as orjson wrote it (`proxy.json_limits.Written`), or None.
+    written: Written | None = None
 
     @property
     def history(self) -> Any:
         return self.body.get("messages") if self.messages is None else self.messages
+
+    def history_json(self) -> bytes | None:
+        """The history's bytes as written already, when the history is the body's own list."""
+        written = self.written
+        return written.history_json if written is not None and written.holds(self.history) else None
 
     @property
     def state(self) -> SessionState | None:
@@ -97,7 +105,7 @@ class Turn:
             self.saved = stored.data
             state = parse_state(stored.data)
         try:
-            self.rb = rebuild(self.history, state)
+            self.rb = rebuild(self.history, state, self.history_json())
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
@@ -128,7 +136,7 @@ class Turn:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version
         self.saved = None if stored is None else stored.data
-        self.rb = rebuild(self.history, state)
+        self.rb = rebuild(self.history, state, self.history_json())
         return True
 
     def over(self, threshold: int, force_tokens: int | None) -> int | None:

@@ -124,3 +124,18 @@ def test_raw_digests_hash_the_list_as_orjson_writes_it() -> None:
     written = b"[" + orjson.dumps(deep) + b"," + orjson.dumps(deep) + b"]"
     first = sha256(b"[" + orjson.dumps(deep) + b"]").hexdigest()
     assert raw_digests([deep, deep], 1) == (first, sha256(written).hexdigest())
+
+
+def test_raw_digests_cut_the_prefix_from_the_whole_list_written_once() -> None:
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "a, b], [c"},  # brackets and commas inside strings
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+        {"role": "tool", "tool_call_id": "1", "content": "ok"},
+    ]
+    whole = orjson.dumps(messages)
+    for n in range(-1, len(messages) + 2):
+        assert raw_digests(messages, n, whole) == raw_digests(messages, n)
+    # bytes that are not this list's are not trusted: the prefix is written again
+    other = orjson.dumps([*messages[:2], {"role": "user", "content": "x"}, messages[3]])
+    assert raw_digests(messages, 2, other[:-20] + whole[-20:]) == raw_digests(messages, 2)

@@ -22,6 +22,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from proxy.logging import JsonFormatter, redact
+from proxy.routes.forward import WHOLE_BYTES
 from tests.conftest import MakeProxy, OpenAIClientFactory, RunningProxy
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.servers import UvicornThread, free_port
@@ -382,11 +383,28 @@ def test_upstream_dropping_a_stream_ends_with_an_error_event(
     assert (error["code"], error["type"]) == ("upstream_unreachable", "upstream_error")
 
 
-def test_upstream_dropping_a_json_body_breaks_the_reply(
+def test_upstream_dropping_a_small_json_body_is_a_502_not_a_short_body(
     raw_upstream: tuple[RawUpstream, str], make_proxy: MakeProxy
 ) -> None:
+    # A small answer of known length is read whole before anything goes out, so its loss is
+    # told as an error of the upstream's, never passed on cut short.
     upstream, url = raw_upstream
     upstream.headers = [("content-type", "application/json"), ("content-length", "100")]
+    upstream.parts, upstream.complete = [b'{"partial":'], False
+    with httpx.Client() as client:
+        response = client.get(make_proxy(upstream_base_url=url).base_url + "/models")
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+
+
+def test_upstream_dropping_a_large_json_body_breaks_the_reply(
+    raw_upstream: tuple[RawUpstream, str], make_proxy: MakeProxy
+) -> None:
+    # Beyond WHOLE_BYTES the answer streams through: once its headers are out, a cut body
+    # aborts the connection instead.
+    upstream, url = raw_upstream
+    length = str(WHOLE_BYTES + 1)
+    upstream.headers = [("content-type", "application/json"), ("content-length", length)]
     upstream.parts, upstream.complete = [b'{"partial":'], False
     with httpx.Client() as client, pytest.raises(httpx.RemoteProtocolError):
         client.get(make_proxy(upstream_base_url=url).base_url + "/models")

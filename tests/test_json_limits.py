@@ -13,7 +13,12 @@ from proxy.json_limits import _may_hold_wide_float, compaction_blocker
 
 
 def blocker(raw: bytes) -> str | None:
-    return compaction_blocker(raw, orjson.loads(raw))
+    """The reason, checked the same with the body's `messages` written apart."""
+    body = orjson.loads(raw)
+    reason = compaction_blocker(raw, body)[0]
+    if isinstance(body, dict):
+        assert compaction_blocker(raw, body, "messages")[0] == reason
+    return reason
 
 
 @pytest.mark.parametrize(
@@ -57,3 +62,40 @@ PARTS = [b"e", b"+", b"1", b"8", b"9", b"0", b"x", b"e+1", b"3e+", b"+" * 40]
 def test_the_wide_float_search_finds_what_the_plain_pattern_does(parts: list[bytes]) -> None:
     written = b"".join(parts)
     assert _may_hold_wide_float(written) == bool(REFERENCE.search(written))
+
+
+def test_a_too_deep_or_wide_history_blocks_when_written_apart() -> None:
+    deep = b'{"model":"m","messages":[' + b"[" * 300 + b"]" * 300 + b"]}"
+    wide = b'{"model":"m","messages":[{"role":"user","n":123456789012345678901}]}'
+    tools = b'{"messages":[],"tools":[{"max":123456789012345678901}]}'
+    for raw, reason in ((deep, "too_deep"), (wide, "wide_int"), (tools, "wide_int")):
+        assert compaction_blocker(raw, orjson.loads(raw), "messages") == (reason, None)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["model", "tools", "stream", "x"]),
+        st.recursive(
+            st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(),
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+            max_leaves=8,
+        ),
+    ),
+    st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=8), max_size=3), max_size=5),
+    st.integers(0, 4),
+)
+def test_written_apart_puts_the_history_back_byte_for_byte(
+    rest: dict[str, object], history: list[dict[str, str]], at: int
+) -> None:
+    items = list(rest.items())
+    items.insert(min(at, len(items)), ("messages", history))
+    body = dict(items)
+    raw = orjson.dumps(body)
+    reason, written = compaction_blocker(raw, body, "messages")
+    assert reason is None and written is not None
+    assert written.history_json == orjson.dumps(history)
+    assert written.body(body) == raw
+    copy = {**body, "messages": list(history), "tools": [{"name": "extra"}]}
+    assert written.holds(copy["messages"])
+    assert written.body(copy) == orjson.dumps(copy)
+    assert not written.holds([*history, {}])

@@ -2,9 +2,11 @@
 
 The request body is read whole (at most `max_body_bytes`, within `server.body_timeout`, see
 `proxy.guard`) before an upstream connection is taken, so a client that uploads slowly holds
-none; the upstream response streams back byte for byte. When the client goes away, starlette
-cancels the relay and the background task closes the upstream response, which drops that
-connection.
+none. The upstream response comes back byte for byte: streamed as it arrives, or, when it
+announces a length of at most `WHOLE_BYTES` and is not an event stream, read whole and sent in
+one piece (a streamed relay costs a task group and a background task per request). When the
+client goes away, starlette cancels the relay and the background task closes the upstream
+response, which drops that connection.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from proxy.errors import (
 )
 from proxy.routes.disconnect import ClientGone
 from proxy.settings import Settings
-from proxy.upstream import Upstream, UpstreamResponse, timed_chunks
+from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
 
 API_PREFIX = "/v1"
+WHOLE_BYTES = 1 << 20
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
 
 
@@ -146,9 +149,33 @@ async def forward(
             content=body,
             params=request.scope.get("query_string", b""),
         )
+        if _whole(request.method, response):
+            return _answer(response, await read_response(response))
     finally:
         timing["upstream_ms"] = (time.perf_counter() - started) * 1000
     return relay(response, timing)
+
+
+def _whole(method: str, response: UpstreamResponse) -> bool:
+    """Whether the answer is small, of known length and no stream: worth reading whole."""
+    length = response.headers.get("content-length", "")
+    return (
+        method != "HEAD"
+        and length.isdigit()
+        and int(length) <= WHOLE_BYTES
+        and not response.headers.get("content-type", "").startswith("text/event-stream")
+    )
+
+
+def _answer(response: UpstreamResponse, body: bytes) -> Response:
+    """The upstream's answer, read whole: its status, headers and bytes."""
+    answer = Response(body, status_code=response.status_code)
+    headers = Upstream.response_headers(response.headers, raw=True)
+    answer.raw_headers = [
+        *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
+        (b"content-length", str(len(body)).encode("ascii")),
+    ]
+    return answer
 
 
 async def forward_endpoint(request: Request) -> Response:

@@ -54,10 +54,11 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
     body = wire.parse(raw)
-    if compaction_blocker(raw, body):  # JSON orjson cannot write back exactly: send it as is
+    blocked, written = compaction_blocker(raw, body, wire.history_field)
+    if blocked:  # JSON orjson cannot write back exactly: send it as is
         passed = forward(request, body=raw, upstream=upstream)
         return await unless_client_leaves(request.receive, passed)
-    handler = Pipeline(request, body, session_id, wire, upstream)
+    handler = Pipeline(request, body, session_id, wire, upstream, written)
     try:
         handler.turn.messages = wire.messages(body)
         await handler.prepare()

@@ -99,6 +99,7 @@ class Wire(Protocol):
 
     name: str  # "chat", "responses", "messages": logs, metrics, the admin view
     path: str  # the upstream path, relative to that upstream's base URL
+    history_field: str  # the body's field that holds the conversation
 
     def parse(self, raw: bytes) -> JSON:
         """The request body; raises InvalidRequest for what the API would refuse."""

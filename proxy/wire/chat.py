@@ -107,6 +107,7 @@ class ChatWire:
 
     name = "chat"
     path = "/chat/completions"
+    history_field = "messages"
 
     def parse(self, raw: bytes) -> JSON:
         return parse_body(raw)

@@ -44,6 +44,7 @@ class MessagesWire:
 
     name = "messages"
     path = "/messages"
+    history_field = "messages"
 
     def parse(self, raw: bytes) -> JSON:
         return parse_body(raw)

@@ -87,6 +87,7 @@ class ResponsesWire:
 
     name = "responses"
     path = "/responses"
+    history_field = "input"
 
     def parse(self, raw: bytes) -> JSON:
         return parse_body(raw)
