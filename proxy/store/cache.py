@@ -2,7 +2,9 @@
 
 A cached entry is a hint, never the truth: `get` asks the store for the session's version
 (a few bytes, `Store.version`) and only serves the cached copy when it is still current, so a
-replica never decides from a state another replica has since replaced. Writes go through to
+replica never decides from a state another replica has since replaced. A store that can tell
+whether anybody else wrote at all since (SQLite's `data_version`: `outside_writes`) spares
+that read while nobody did. Writes go through to
 the store; compare-and-set there still catches a race between that check and the write, and a
 `VersionConflict` (or a write whose outcome is unknown) drops the entry. The cache is bounded
 by entries and by bytes, least recently used out first, so the process's memory does not grow
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.store.base import (
@@ -49,6 +52,9 @@ class _Entry:
     version: int
     updated_at: float
     size: int
+    # The store's `outside_writes` when this entry was known to be stored: while it reads
+    # the same, nobody else has written since. None: ask the store for the version.
+    outside: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,9 @@ class CachedStore:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
         self._hits = self._misses = self._evictions = 0
+        none: Callable[[], int | None] = lambda: None  # noqa: E731
+        self._outside_writes: Callable[[], int | None] = getattr(inner, "outside_writes", none)
+        self._outside_seen: Callable[[], int | None] = getattr(inner, "outside_seen", none)
 
     @property
     def where(self) -> str:
@@ -115,13 +124,19 @@ class CachedStore:
             self._bytes -= entry.size
 
     def _remember(
-        self, key: SessionKey, data: bytes, meta: str, version: int, updated_at: float
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: str,
+        version: int,
+        updated_at: float,
+        outside: int | None,
     ) -> None:
         self._drop(key.id)
         size = len(data) + len(meta) + len(key.tenant) + len(key.session) + ENTRY_OVERHEAD
         if size > self.max_bytes or self.max_entries == 0:
             return
-        self._entries[key.id] = _Entry(key, data, meta, version, updated_at, size)
+        self._entries[key.id] = _Entry(key, data, meta, version, updated_at, size, outside)
         self._bytes += size
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
@@ -136,13 +151,20 @@ class CachedStore:
 
     async def get(self, key: SessionKey) -> StoredSession | None:
         entry = self._fresh(key.id, key)
+        # Taken before the store is asked anything: a write after it shows as a change.
+        outside = self._outside_writes() if entry is not None else self._outside_seen()
         if entry is not None:
-            try:
-                current = await self.inner.version(key)
-            except StoreError:
-                self._drop(key.id)
-                raise
+            if outside is not None and outside == entry.outside:
+                current: int | None = entry.version  # nobody else wrote since it was stored
+            else:
+                try:
+                    current = await self.inner.version(key)
+                except StoreError:
+                    self._drop(key.id)
+                    raise
             if current == entry.version and self._fresh(key.id, key) is entry:
+                if entry.outside != outside:
+                    entry = self._entries[key.id] = replace(entry, outside=outside)
                 self._entries.move_to_end(key.id)
                 self._hits += 1
                 return StoredSession(
@@ -158,7 +180,7 @@ class CachedStore:
             self._drop(key.id)
         else:
             meta = encode_meta(found.meta)
-            self._remember(found.key, found.data, meta, found.version, found.updated_at)
+            self._remember(found.key, found.data, meta, found.version, found.updated_at, outside)
         return found
 
     async def version(self, key: SessionKey) -> int | None:
@@ -178,6 +200,7 @@ class CachedStore:
     ) -> int:
         stamp = time.time() if updated_at is None else updated_at
         meta_json = encode_meta(meta)
+        outside = self._outside_seen()  # as last seen: a write by others after it shows later
         try:
             version = await self.inner.put(
                 key, data, meta, expected_version=expected_version, updated_at=stamp
@@ -187,7 +210,7 @@ class CachedStore:
         except StoreError:
             self._drop(key.id)  # a conflict, or a write whose outcome is unknown
             raise
-        self._remember(key, _fit(data), meta_json, version, stamp)
+        self._remember(key, _fit(data), meta_json, version, stamp, outside)
         return version
 
     async def delete(self, key: SessionKey) -> bool:

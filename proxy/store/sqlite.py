@@ -105,6 +105,8 @@ class SQLiteStore:
         self._closed = False
         self._reader = InlineReader(self.path)
         self._writer = InlineWriter(self.path)
+        self._data_version: tuple[int, int] | None = None
+        self._outside = 0  # commits of other connections seen (see outside_writes)
 
     @property
     def where(self) -> str:
@@ -198,6 +200,25 @@ class SQLiteStore:
             if answered:
                 return answer(row)
         return await self._run(lambda conn: answer(conn.execute(sql, (key.id,)).fetchone()))
+
+    def outside_writes(self) -> int | None:
+        """How many times a commit by another connection than the loop's own writer was
+        seen: the same number twice means nobody else wrote in between, so what this process
+        last read or wrote is still stored (`proxy.store.cache` then skips the version read).
+        None when it cannot tell."""
+        if self._conn is None or self._closed or self.read_only:
+            return None
+        version = self._writer.data_version()
+        if version is None:
+            return None
+        if version != self._data_version:
+            self._data_version = version
+            self._outside += 1
+        return self._outside
+
+    def outside_seen(self) -> int | None:
+        """`outside_writes` as last seen, without looking again."""
+        return self._outside if self._data_version is not None else None
 
     async def put(
         self,

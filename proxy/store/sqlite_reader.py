@@ -99,25 +99,42 @@ class InlineWriter(_LoopConnection):
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self._since_checkpoint = 0
+        self.opened = 0  # connections opened so far: a new one's data_version starts afresh
+
+    def _open(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=0, isolation_level=None, check_same_thread=False
+            )
+            self._conn = conn  # closed from whichever thread closes the store
+            self.opened += 1
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        return self._conn
 
     def run(self, fn: Callable[[sqlite3.Connection], T], size: int) -> tuple[bool, T | None]:
         if not self._usable():
             return False, None
         try:
-            if self._conn is None:
-                conn = sqlite3.connect(
-                    self.path, timeout=0, isolation_level=None, check_same_thread=False
-                )
-                self._conn = conn  # closed from whichever thread closes the store
-                conn.execute("PRAGMA busy_timeout = 0")
-                conn.execute("PRAGMA synchronous = NORMAL")
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
-            result = fn(self._conn)
+            result = fn(self._open())
         except sqlite3.Error:
             self.close()
             return False, None
         self._since_checkpoint += size
         return True, result
+
+    def data_version(self) -> tuple[int, int] | None:
+        """(connection, `PRAGMA data_version`): it changes when another connection (another
+        process's, or the worker's) has committed; None when this connection cannot tell."""
+        if not self._usable():
+            return None
+        try:
+            row = self._open().execute("PRAGMA data_version").fetchone()
+        except sqlite3.Error:
+            self.close()
+            return None
+        return self.opened, int(row[0])
 
     def checkpoint_due(self) -> bool:
         """True once enough was written since the last time it said so."""

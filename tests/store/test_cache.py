@@ -144,3 +144,46 @@ async def test_a_failing_store_drops_the_entry(tmp_path: Path) -> None:
 def test_bounds_are_checked() -> None:
     with pytest.raises(ValueError):
         CachedStore(open_store("memory://"), max_entries=-1)
+
+
+class VersionCounting(CountingStore):
+    """Counts version reads too: the ones SQLite's data_version lets the cache skip."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.versions = 0
+
+    async def version(self, k: SessionKey) -> int | None:
+        self.versions += 1
+        return await self.inner.version(k)
+
+
+async def test_sqlite_skips_the_version_read_while_nobody_else_writes(tmp_path: Path) -> None:
+    path = f"sqlite:///{tmp_path / 'shared.db'}"
+    mine, theirs = open_store(path), open_store(path)  # two processes' stores, one file
+    try:
+        await mine.put(key(0), b"schema", {}, expected_version=None)  # the worker opens the file
+        counting = VersionCounting(mine)
+        cache = CachedStore(counting, max_entries=10, max_bytes=10**6)  # type: ignore[arg-type]
+        version = await cache.put(key(1), b"one", {}, expected_version=None)
+        for turn in range(3):  # the turns of one process: each read is its own last write
+            got = await cache.get(key(1))
+            assert got is not None and got.version == version
+            version = await cache.put(key(1), b"t%d" % turn, {}, expected_version=version)
+        assert counting.versions <= 1  # at most the first look, before data_version is known
+
+        await theirs.put(key(1), b"theirs", {}, expected_version=version)  # another process
+        got = await cache.get(key(1))
+        assert got is not None and (got.data, got.version) == (b"theirs", version + 1)
+        assert counting.versions >= 1 and counting.gets == 1
+
+        # A write of theirs to another session still makes the next read ask once.
+        asked = counting.versions
+        await theirs.put(key(2), b"other", {}, expected_version=None)
+        got = await cache.get(key(1))
+        assert got is not None and got.data == b"theirs"
+        assert counting.versions == asked + 1
+        assert (await cache.get(key(1))) is not None and counting.versions == asked + 1
+    finally:
+        await mine.close()
+        await theirs.close()
