@@ -221,7 +221,10 @@ class Http1Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpcore.RemoteProtocolError(f"invalid HTTP response: {exc}"))
+            if self._complete:
+                self._close()  # bytes after the whole answer (see on_message_begin): it stands
+            else:
+                self._fail(httpcore.RemoteProtocolError(f"invalid HTTP response: {exc}"))
 
     def eof_received(self) -> bool | None:
         return False  # close the transport: connection_lost settles the response
@@ -247,8 +250,15 @@ class Http1Connection(asyncio.Protocol):
         if drained is not None and not drained.done():
             drained.set_result(None)
 
+    def on_message_begin(self) -> None:
+        if self._complete:
+            # A second answer to one request: parsed on, it would overwrite this one's status
+            # and headers and add to its body. Stop the parser; the connection is closed.
+            raise httpcore.RemoteProtocolError("more than one answer to a request")
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        if not self._headers_done:  # after them, the trailers of a chunked body: not headers
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
@@ -272,6 +282,8 @@ class Http1Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self._complete:
+            return  # the body a HEAD answer announces (its answer ended with the headers)
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._reading_paused and self._transport:
