@@ -260,11 +260,20 @@ def _hidden_by_anchor(
     return found
 
 
-def rebuild(messages: Any, state: SessionState | None, written: bytes | None = None) -> Rebuild:
-    """Rebuild the Conversation the upstream should see for this request (`written`: the
-    messages as orjson wrote them already, if it did)."""
+def rebuild(
+    messages: Any,
+    state: SessionState | None,
+    written: bytes | None = None,
+    received: list[Any] | None = None,
+) -> Rebuild:
+    """Rebuild the Conversation the upstream should see for this request.
+
+    The prefix hash reads `received` (one entry per message: what the wire adapter says
+    determines it, see `Wire.as_received`) or else the messages; `written` is that list as
+    orjson wrote it already, if it did."""
     messages = validate(messages)
-    raw_prefix, raw_hash = raw_digests(messages, state.prefix_len if state else 0, written)
+    hashed = messages if received is None else received
+    raw_prefix, raw_hash = raw_digests(hashed, state.prefix_len if state else 0, written)
     trusted = None
     if (
         state is not None

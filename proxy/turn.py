@@ -81,6 +81,11 @@ class Turn:
         written = self.written
         return written.history_json if written is not None and written.holds(self.history) else None
 
+    def received(self) -> list[Any] | None:
+        """What the prefix hash reads for the history (`Wire.as_received`)."""
+        history = self.history
+        return self.wire.as_received(history) if isinstance(history, list) else None
+
     @property
     def state(self) -> SessionState | None:
         return self.rb.state if self.rb else None
@@ -105,7 +110,7 @@ class Turn:
             self.saved = stored.data
             state = parse_state(stored.data)
         try:
-            self.rb = rebuild(self.history, state, self.history_json())
+            self.rb = rebuild(self.history, state, self.history_json(), self.received())
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
@@ -136,7 +141,7 @@ class Turn:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version
         self.saved = None if stored is None else stored.data
-        self.rb = rebuild(self.history, state, self.history_json())
+        self.rb = rebuild(self.history, state, self.history_json(), self.received())
         return True
 
     def over(self, threshold: int, force_tokens: int | None) -> int | None:

@@ -116,6 +116,9 @@ class ChatWire:
         messages: list[JSON] = body["messages"]
         return messages
 
+    def as_received(self, messages: list[JSON]) -> list[Any]:
+        return messages
+
     def tools(self, body: JSON) -> Any:
         return body.get("tools")
 

@@ -21,7 +21,7 @@ from proxy.wire import messages_reply as reply
 from proxy.wire import messages_request as request
 from proxy.wire.base import JSON, Outgoing, Round
 from proxy.wire.messages_checks import request_error
-from proxy.wire.messages_neutral import to_neutral
+from proxy.wire.messages_neutral import X_ITEMS, to_neutral
 from proxy.wire.messages_stream import MessagesRelay
 
 
@@ -51,6 +51,10 @@ class MessagesWire:
 
     def messages(self, body: JSON) -> list[JSON]:
         return to_neutral(body.get("system"), body.get("messages"))
+
+    def as_received(self, messages: list[JSON]) -> list[Any]:
+        # Half the bytes of the neutral messages, which carry them and what came of them.
+        return [m.get(X_ITEMS, m) if isinstance(m, dict) else m for m in messages]
 
     def tools(self, body: JSON) -> Any:
         return body.get("tools")
