@@ -328,9 +328,13 @@ class Pipeline:
                 self.hide(rnd, extract, results)
             break
         reply = self.wire.client_reply(self.client_body, rounds, injected=self.turn.injected)
-        await self.finish(rounds[-1].usage)
+        # Recorded (its save queued) once the answer is written out, before the request ends:
+        # nothing runs in between, so the session's next request still finds the save queued.
         return Response(
-            orjson.dumps(reply), media_type="application/json", headers=self.response_headers()
+            orjson.dumps(reply),
+            media_type="application/json",
+            headers=self.response_headers(),
+            background=BackgroundTask(self.finish, rounds[-1].usage),
         )
 
     def error_response(self, exc: ProxyError) -> Response:
