@@ -85,8 +85,25 @@ async def _backoff(attempt: int) -> None:
         await asyncio.sleep(random.uniform(0, min(0.005 * attempt, SAVE_BACKOFF_MAX_S)))
 
 
-async def save_turn(turn: Turn) -> None:
-    """Write one turn's state with compare-and-set, merging with a concurrent writer's."""
+def _hand_on(turn: Turn, version: int | None, state: SessionState) -> None:
+    """Leave the state just written, as an object, for the session's next request
+    (`proxy.store.cache.CachedStore.keep_decoded`): it then skips decoding the bytes. Only
+    for the last save of finished turns: nobody else holds or changes the object."""
+    keep = getattr(turn.store, "keep_decoded", None)
+    if keep is not None and version is not None:
+        keep(turn.key, version, state)
+
+
+def take_decoded(store: Store, key: SessionKey, version: int) -> SessionState | None:
+    """The state a save of this process left for this version (`_hand_on`), or None."""
+    take = getattr(store, "take_decoded", None)
+    state = take(key, version) if take is not None else None
+    return state if isinstance(state, SessionState) else None
+
+
+async def save_turn(turn: Turn, *, hand_on: bool = False) -> None:
+    """Write one turn's state with compare-and-set, merging with a concurrent writer's;
+    `hand_on`: the turn is finished, its state may go to the next request as it is."""
     if turn.rb is None or turn.degraded:
         return
     rb = turn.rb
@@ -103,6 +120,8 @@ async def save_turn(turn: Turn) -> None:
                 turn.key, data, rb.state.meta(len(rb.messages)), expected_version=turn.version
             )
             turn.saved = data
+            if hand_on:
+                _hand_on(turn, turn.version, rb.state)
             return
         except SessionTooLarge as exc:
             if not shrink(rb.state):
@@ -179,12 +198,13 @@ def fold(
     return current, owner
 
 
-async def save_together(turns: list[Turn]) -> None:
-    """Write several turns' states of one session as one (`fold`), with compare-and-set."""
+async def save_together(turns: list[Turn], *, hand_on: bool = False) -> None:
+    """Write several turns' states of one session as one (`fold`), with compare-and-set;
+    `hand_on` as for `save_turn` (every turn is finished)."""
     live = [t for t in turns if t.rb is not None and not t.degraded]
     if len(live) <= 1:
         for turn in live:
-            await save_turn(turn)
+            await save_turn(turn, hand_on=hand_on)
         return
     for turn in live:
         assert turn.rb is not None
@@ -222,6 +242,8 @@ async def save_together(turns: list[Turn]) -> None:
         # keep theirs, so a later save of theirs merges with it instead of overwriting.
         if state is owner.rb.state:
             owner.version, owner.saved = written, data
+        if hand_on:
+            _hand_on(first, written, state)
         return
     log.warning("state not saved: other writers kept overtaking it")
 
@@ -312,8 +334,11 @@ class SessionWriter:
             while sid in self._queued:
                 turns = self._queued.pop(sid)
                 done = self._writing_done[sid] = self._queued_done.pop(sid)
+                # Saves nobody waits for are the last of finished turns: their state object
+                # may go on to the session's next request.
+                finished = all(id(turn) in self._unawaited for turn in turns)
                 try:
-                    await save_together(turns)
+                    await save_together(turns, hand_on=finished)
                 except Exception:  # a bug here must not stop the session's later saves
                     log.exception("saving a session failed")
                 finally:

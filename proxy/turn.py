@@ -24,7 +24,7 @@ from proxy.economics import Economics
 from proxy.identity import tenant_of as tenant_of  # re-exported: callers import it here
 from proxy.json_limits import Written
 from proxy.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
-from proxy.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn
+from proxy.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn, take_decoded
 from proxy.session import (
     Rebuild,
     UnrecognisedHistory,
@@ -108,7 +108,9 @@ class Turn:
         if stored is not None:
             self.version = stored.version
             self.saved = stored.data
-            state = parse_state(stored.data)
+            # The object this process's last save of the session wrote, or the bytes decoded.
+            taken = take_decoded(self.store, self.key, stored.version)
+            state = taken if taken is not None else parse_state(stored.data)
         try:
             self.rb = rebuild(self.history, state, self.history_json(), self.received())
         except UnrecognisedHistory as exc:

@@ -173,3 +173,49 @@ async def test_idle_waits_for_the_saves_submitted_so_far_only() -> None:
         stop.set()
         await load
     await writer.idle()
+
+
+async def test_a_finished_turn_hands_its_state_object_to_the_next_request() -> None:
+    """The last save of a turn leaves its state object in the cache: the session's next
+    request takes it instead of decoding the bytes, once, and it is what they decode to."""
+    from proxy.store.cache import CachedStore
+
+    cache = CachedStore(CountingStore())
+    writer = SessionWriter()
+    first = answered(await loaded(cache, history(1), writer), 100, 1.0)
+    await first.save(wait=False)
+    await writer.idle()
+    assert first.rb is not None and first.version is not None
+    found = await cache.get(KEY)
+    assert found is not None and found.version == first.version
+    held = cache._decoded[KEY.id][1]
+    assert held is first.rb.state
+    assert SessionState.from_bytes(found.data).to_dict() == first.rb.state.to_dict()
+
+    second = await loaded(cache, history(2), writer)  # takes it
+    assert second.rb is not None and second.rb.state is first.rb.state
+    assert cache.take_decoded(KEY, first.version) is None  # handed out once
+
+    # A save somebody waits for (a compaction's, mid-turn) leaves nothing: its turn goes on
+    # changing the state.
+    await writer.save(answered(second, 120, 2.0))
+    assert KEY.id not in cache._decoded
+    third = await loaded(cache, history(3), writer)
+    assert third.rb is not None and third.rb.state is not second.rb.state
+
+
+async def test_a_decoded_state_is_not_handed_out_for_another_version() -> None:
+    from proxy.store.cache import CachedStore
+
+    inner = CountingStore()
+    cache = CachedStore(inner)
+    writer = SessionWriter()
+    turn = answered(await loaded(cache, history(1), writer), 100, 1.0)
+    await turn.save(wait=False)
+    await writer.idle()
+    assert turn.version is not None
+    # Another replica writes the session behind this cache's back.
+    await inner.put(KEY, b"{}", {}, expected_version=turn.version)
+    later = await loaded(cache, history(2), writer)
+    assert later.rb is not None and later.rb.state is not turn.rb.state  # type: ignore[union-attr]
+    assert KEY.id not in cache._decoded

@@ -9,6 +9,11 @@ the store; compare-and-set there still catches a race between that check and the
 `VersionConflict` (or a write whose outcome is unknown) drops the entry. The cache is bounded
 by entries and by bytes, least recently used out first, so the process's memory does not grow
 with the number of sessions in the store.
+
+Beside the bytes, the cache can hold the decoded state a save of this process has just
+written (`keep_decoded`), for the session's next request to take instead of decoding the
+bytes again (`take_decoded`): handed out once, only while it is still the stored version,
+and only the most recent `DECODED_KEPT` of them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ DEFAULT_CACHE_BYTES = 64 * 2**20
 # What one entry costs beyond its data and metadata: the entry object, the dict slot, the
 # key strings' headers. An estimate; it keeps a cache of tiny states honest about its size.
 ENTRY_OVERHEAD = 512
+DECODED_KEPT = 64  # decoded states held for their session's next request
 
 
 def _fit(data: bytes) -> bytes:
@@ -97,6 +103,7 @@ class CachedStore:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
         self._hits = self._misses = self._evictions = 0
+        self._decoded: OrderedDict[str, tuple[int, object]] = OrderedDict()
         none: Callable[[], int | None] = lambda: None  # noqa: E731
         self._outside_writes: Callable[[], int | None] = getattr(inner, "outside_writes", none)
         self._outside_seen: Callable[[], int | None] = getattr(inner, "outside_seen", none)
@@ -119,6 +126,7 @@ class CachedStore:
     # Bookkeeping. No awaits in here: each call is atomic on the event loop.
 
     def _drop(self, session_id: str) -> None:
+        self._decoded.pop(session_id, None)
         entry = self._entries.pop(session_id, None)
         if entry is not None:
             self._bytes -= entry.size
@@ -139,9 +147,29 @@ class CachedStore:
         self._entries[key.id] = _Entry(key, data, meta, version, updated_at, size, outside)
         self._bytes += size
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
+            evicted_id, evicted = self._entries.popitem(last=False)
+            self._decoded.pop(evicted_id, None)
             self._bytes -= evicted.size
             self._evictions += 1
+
+    def keep_decoded(self, key: SessionKey, version: int, decoded: object) -> None:
+        """Hold `decoded`, what the bytes cached for this version decode to, for the
+        session's next `take_decoded`. The caller gives it up: nobody else may change it."""
+        entry = self._fresh(key.id, key)
+        if entry is None or entry.version != version:
+            return
+        self._decoded[key.id] = (version, decoded)
+        self._decoded.move_to_end(key.id)
+        while len(self._decoded) > DECODED_KEPT:
+            self._decoded.popitem(last=False)
+
+    def take_decoded(self, key: SessionKey, version: int) -> object | None:
+        """The decoded state held for this version of the session, handed out once."""
+        held = self._decoded.pop(key.id, None)
+        entry = self._fresh(key.id, key)
+        if held is None or entry is None or held[0] != version or entry.version != version:
+            return None
+        return held[1]
 
     def _fresh(self, session_id: str, key: SessionKey) -> _Entry | None:
         entry = self._entries.get(session_id)
@@ -249,10 +277,12 @@ class CachedStore:
 
     def release_memory(self) -> None:
         # The hot states stay: they are bounded (max_entries, max_bytes) and the next turn of
-        # each session needs its own.
+        # each session needs its own. The decoded ones go: they only save some decoding.
+        self._decoded.clear()
         self.inner.release_memory()
 
     async def close(self) -> None:
         self._entries.clear()
+        self._decoded.clear()
         self._bytes = 0
         await self.inner.close()
