@@ -30,11 +30,12 @@ def decode(line: str) -> dict[str, Any] | None:
 class TurnLog:
     """The last turns, oldest first. `append` and `keep_last` never decode the records."""
 
-    __slots__ = ("_decoded", "_text")
+    __slots__ = ("_count", "_decoded", "_text")
 
     def __init__(self, text: str = "") -> None:
         self._text = text
         self._decoded: list[dict[str, Any]] | None = None if text else []
+        self._count: int | None = None if text else 0  # counted when first asked
 
     @classmethod
     def of(cls, records: Iterable[dict[str, Any]]) -> TurnLog:
@@ -57,7 +58,9 @@ class TurnLog:
         return self._text.split("\n") if self._text else []
 
     def __len__(self) -> int:
-        return self._text.count("\n") + 1 if self._text else 0
+        if self._count is None:
+            self._count = self._text.count("\n") + 1 if self._text else 0
+        return self._count
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TurnLog) and other._text == self._text
@@ -70,7 +73,9 @@ class TurnLog:
     def append(self, record: dict[str, Any], *, keep: int = MAX_TURNS_KEPT) -> None:
         """Add a turn, then keep the last `keep`."""
         line = orjson.dumps(record).decode()
+        count = len(self)
         self._text = f"{self._text}\n{line}" if self._text else line
+        self._count = count + 1
         if self._decoded is not None:
             self._decoded.append(orjson.loads(line))
         self.keep_last(keep)
@@ -81,9 +86,10 @@ class TurnLog:
         if extra <= 0:
             return
         if keep <= 0:
-            self._text, self._decoded = "", []
+            self._text, self._decoded, self._count = "", [], 0
             return
         self._text = self._text.split("\n", extra)[extra]
+        self._count = keep
         if self._decoded is not None:
             del self._decoded[:extra]
 

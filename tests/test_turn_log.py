@@ -158,3 +158,15 @@ def test_the_hit_ratio_decodes_only_the_turns_it_reads(
     assert observed_hit_ratio(log) == (None if cached is None else 0.5)
     assert len(read) == decoded
     assert log._decoded is None
+
+
+def test_the_count_follows_appends_and_cuts() -> None:
+    log = TurnLog()
+    for n in range(7):
+        log.append({"n": n}, keep=5)
+        assert len(log) == min(n + 1, 5) == log.text.count("\n") + 1
+    log.keep_last(2)
+    assert len(log) == 2 and [r["n"] for r in log.records()] == [5, 6]
+    assert len(TurnLog(log.text)) == 2
+    log.keep_last(0)
+    assert len(log) == 0 and log.text == ""
