@@ -12,18 +12,24 @@ from proxy.conversation_message import message_chars
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
+_ANSWERS = ("tool", "function")  # the roles that leave the calls before them open
 
 
 class UnrecognisedHistory(ValueError):
     """The messages are not a history the proxy can reason about; send them on unchanged."""
 
 
-def validate(messages: Any) -> list[dict[str, Any]]:
-    """Check the history is one the proxy understands; raise UnrecognisedHistory if not."""
+def validate(messages: Any, start: int = 0) -> list[dict[str, Any]]:
+    """Check the history is one the proxy understands; raise UnrecognisedHistory if not.
+
+    `start`: the messages before it were checked already (the previous turn's, resent
+    unchanged); only the calls they leave open are read from them."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
-    open_calls: Any = ()
-    for i, msg in enumerate(messages):
+    start = max(0, min(start, len(messages)))
+    open_calls: Any = _open_calls(messages, start)
+    for i in range(start, len(messages)):
+        msg = messages[i]
         role = msg.get("role") if isinstance(msg, dict) else None
         if role == "tool":
             if msg.get("tool_call_id") not in open_calls:
@@ -43,6 +49,19 @@ def validate(messages: Any) -> list[dict[str, Any]]:
         elif role != "function":
             open_calls = ()
     return messages
+
+
+def _open_calls(messages: list[Any], start: int) -> Any:
+    """The tool call ids a tool message at `start` may answer: those of the assistant message
+    before the tool (and function) messages just before it."""
+    i = start - 1
+    while i >= 0 and isinstance(messages[i], dict) and messages[i].get("role") in _ANSWERS:
+        i -= 1
+    msg = messages[i] if i >= 0 else None
+    if not isinstance(msg, dict) or msg.get("role") != "assistant":
+        return ()
+    calls = msg.get("tool_calls")
+    return {c.get("id") for c in calls if isinstance(c, dict)} if isinstance(calls, list) else ()
 
 
 def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:

@@ -27,6 +27,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+import operator
 import re
 import uuid
 from typing import Any
@@ -113,7 +114,7 @@ class Written:
         return (
             isinstance(value, list)
             and len(value) == len(history)
-            and all(a is b for a, b in zip(value, history, strict=True))
+            and all(map(operator.is_, value, history))
         )
 
     def body(self, body: dict[str, Any]) -> bytes:

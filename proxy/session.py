@@ -10,14 +10,13 @@ histories it understands, and its size estimate, are `proxy.history`. Pure code:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.compact import format_compacted_summary
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
-from proxy.extract_tool import content_text, split_calls
+from proxy.extract_tool import content_text
 from proxy.fingerprint import PrefixChain, raw_digests
 from proxy.history import (
     KNOWN_ROLES,
@@ -31,7 +30,14 @@ from proxy.history import (
     tool_results,
     validate,
 )
-from proxy.session_state import CHAIN_SCHEME, HiddenExtract, SessionState, add_hidden, seal_hidden
+from proxy.session_state import (
+    CHAIN_SCHEME,
+    HiddenExtract,
+    SessionState,
+    add_hidden,
+    hidden_by_anchor,
+    seal_hidden,
+)
 from proxy.wire.base import Outgoing
 
 HIDDEN_KEY_PREFIX = "xun-extract:"
@@ -232,34 +238,6 @@ def _reconcile(
     return fresh, len(messages), reason
 
 
-def _hidden_by_anchor(
-    messages: Sequence[Mapping[str, Any]],
-    chain: PrefixChain,
-    hidden: list[HiddenExtract],
-    start: int,
-) -> dict[int, HiddenExtract]:
-    """The hidden extract calls that belong in these messages, by the message they join.
-
-    An entry goes back only into the history it was recorded in (see `HiddenExtract`): its
-    anchor must be an assistant message with the same visible calls, and the messages up to
-    it must hash as recorded. Entries without a fingerprint are pinned here, once.
-    """
-    found: dict[int, HiddenExtract] = {}
-    for h in hidden:
-        if h.anchor < start or h.anchor >= len(messages):
-            continue
-        msg = messages[h.anchor]
-        own, _ = split_calls(msg.get("tool_calls"))
-        if msg.get("role") != "assistant" or [c.get("id") for c in own] != h.visible_ids:
-            continue
-        if h.fingerprint is not None:
-            if chain.prefix(h.anchor + 1) == h.fingerprint:
-                found[h.anchor] = h
-        elif h.before and chain.prefix(h.anchor) == h.before:
-            found[h.anchor] = replace(h, fingerprint=chain.prefix(h.anchor + 1))
-    return found
-
-
 def rebuild(
     messages: Any,
     state: SessionState | None,
@@ -271,7 +249,8 @@ def rebuild(
     The prefix hash reads `received` (one entry per message: what the wire adapter says
     determines it, see `Wire.as_received`) or else the messages; `written` is that list as
     orjson wrote it already, if it did."""
-    messages = validate(messages)
+    if not isinstance(messages, list):
+        raise UnrecognisedHistory("messages is not a list")
     hashed = messages if received is None else received
     raw_prefix, raw_hash = raw_digests(hashed, state.prefix_len if state else 0, written)
     trusted = None
@@ -283,6 +262,8 @@ def rebuild(
         and state.prefix_raw == raw_prefix
     ):
         trusted = (state.prefix_len, state.prefix_hash)  # resent unchanged: hash only the rest
+    # A prefix resent unchanged was checked when it came: only what follows it is checked.
+    messages = validate(messages, trusted[0] if trusted else 0)
     chain = PrefixChain(messages, trusted=trusted)
     state, new_from, reason = _reconcile(messages, chain, state)
     if reason is None and new_from == state.prefix_len and state.prefix_chars:
@@ -294,7 +275,7 @@ def rebuild(
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
     start = state.cut if state.summary else system_count
-    hidden = _hidden_by_anchor(messages, chain, state.hidden, start)
+    hidden = hidden_by_anchor(messages, chain, state.hidden, start)
     state.hidden = list(hidden.values())
     return Rebuild(
         messages=messages,

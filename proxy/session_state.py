@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from proxy.extract_tool import split_calls
 from proxy.fingerprint import PrefixChain
 from proxy.history import token_count
 from proxy.turn_log import TurnLog
@@ -223,3 +224,31 @@ __all__ = [
     "add_hidden",
     "seal_hidden",
 ]
+
+
+def hidden_by_anchor(
+    messages: Sequence[Mapping[str, Any]],
+    chain: PrefixChain,
+    hidden: list[HiddenExtract],
+    start: int,
+) -> dict[int, HiddenExtract]:
+    """The hidden extract calls that belong in these messages, by the message they join.
+
+    An entry goes back only into the history it was recorded in (see `HiddenExtract`): its
+    anchor must be an assistant message with the same visible calls, and the messages up to
+    it must hash as recorded. Entries without a fingerprint are pinned here, once.
+    """
+    found: dict[int, HiddenExtract] = {}
+    for h in hidden:
+        if h.anchor < start or h.anchor >= len(messages):
+            continue
+        msg = messages[h.anchor]
+        own, _ = split_calls(msg.get("tool_calls"))
+        if msg.get("role") != "assistant" or [c.get("id") for c in own] != h.visible_ids:
+            continue
+        if h.fingerprint is not None:
+            if chain.prefix(h.anchor + 1) == h.fingerprint:
+                found[h.anchor] = h
+        elif h.before and chain.prefix(h.anchor) == h.before:
+            found[h.anchor] = replace(h, fingerprint=chain.prefix(h.anchor + 1))
+    return found
