@@ -32,6 +32,7 @@ from proxy.guard import GuardMiddleware
 from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
+from proxy.neutral_reuse import NeutralReuse
 from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import anthropic_forward_endpoint, forward, forward_endpoint
 from proxy.routes.messages import messages
@@ -200,6 +201,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.compactor = compactor
+    app.state.neutral_reuse = NeutralReuse()
     app.state.drain = drain
     app.state.metrics = metrics
     return app

@@ -101,6 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
         store = getattr(app.state, "store", None)
         if store is not None:
             store.release_memory()
+        app.state.neutral_reuse.clear()  # conversions kept only for speed
 
     reclaimer = memory.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),

@@ -8,19 +8,21 @@ Requests without a session header go through `proxy.routes.forward` untouched.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy import identity
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.json_limits import compaction_blocker
+from proxy.json_limits import Written, compaction_blocker
+from proxy.neutral_reuse import Converting, NeutralReuse
 from proxy.pipeline import Pipeline
 from proxy.routes.disconnect import unless_client_leaves
 from proxy.routes.forward import forward, read_body
 from proxy.session import UnrecognisedHistory
 from proxy.upstream import Upstream
-from proxy.wire.base import Unsupported, Wire
+from proxy.wire.base import JSON, Unsupported, Wire
 
 log = logging.getLogger("proxy.models")
 
@@ -44,6 +46,17 @@ async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) 
         return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
+def _neutral(
+    request: Request, wire: Wire, body: JSON, written: Written | None, session: str
+) -> list[JSON]:
+    """The request's neutral messages: converted on from the session's last request's where
+    the wire can (`proxy.neutral_reuse`)."""
+    reuse: NeutralReuse | None = getattr(request.app.state, "neutral_reuse", None)
+    if reuse is None or not hasattr(wire, "convert_after"):
+        return wire.messages(body)
+    return reuse.messages(session, cast(Converting, wire), body, written)
+
+
 async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, int(settings.max_body_bytes))
@@ -60,7 +73,7 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         return await unless_client_leaves(request.receive, passed)
     handler = Pipeline(request, body, session_id, wire, upstream, written)
     try:
-        handler.turn.messages = wire.messages(body)
+        handler.turn.messages = _neutral(request, wire, body, written, handler.turn.key.id)
         await handler.prepare()
     except Unsupported:
         handler.turn.rb = None

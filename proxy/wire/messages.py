@@ -21,7 +21,7 @@ from proxy.wire import messages_reply as reply
 from proxy.wire import messages_request as request
 from proxy.wire.base import JSON, Outgoing, Round
 from proxy.wire.messages_checks import request_error
-from proxy.wire.messages_neutral import X_ITEMS, to_neutral
+from proxy.wire.messages_neutral import X_ITEMS, Converted, convert, to_neutral
 from proxy.wire.messages_stream import MessagesRelay
 
 
@@ -51,6 +51,13 @@ class MessagesWire:
 
     def messages(self, body: JSON) -> list[JSON]:
         return to_neutral(body.get("system"), body.get("messages"))
+
+    def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], Converted]:
+        """`messages`, going on from an earlier request's conversion of the same `system`
+        and of a first part of these messages (`proxy.neutral_reuse`)."""
+        previous = before if isinstance(before, Converted) else None
+        converted = convert(body.get("system"), body.get("messages"), previous)
+        return converted.neutral, converted
 
     def as_received(self, messages: list[JSON]) -> list[Any]:
         # Half the bytes of the neutral messages, which carry them and what came of them.

@@ -15,6 +15,7 @@ in the order a check of every block before converting any would give. Pure: no I
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.session import UnrecognisedHistory
@@ -31,14 +32,37 @@ _NO_TYPE = "message {}: a block without a type"
 _NO_ID = "a tool_use block without a string id and name"
 
 
+@dataclass(frozen=True)
+class Converted:
+    """A request's neutral messages, and where converting went on from after its last
+    message (`convert(..., before=...)`). Never changed once made: a later request's
+    conversion copies the list and leaves its messages as they are."""
+
+    neutral: list[dict[str, Any]]
+    count: int  # the wire messages converted
+    after_assistant: bool
+    calls: frozenset[str]  # tool_use ids of the assistant messages just before the end
+
+
 def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
     """Neutral messages for a Messages request; UnrecognisedHistory if it is not one."""
+    return convert(system, messages).neutral
+
+
+def convert(system: Any, messages: Any, before: Converted | None = None) -> Converted:
+    """`to_neutral`, as a `Converted`; with `before`, the conversion of the same `system` and
+    of the first `before.count` of these messages (an earlier request's), only the messages
+    after them are converted: what converting them all would give."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
-    out = [] if system is None else [_system_to_neutral(system)]
-    after_assistant = False
-    calls: set[str] = set()  # tool_use ids of the assistant messages just before
-    for i, msg in enumerate(messages):
+    if before is None or not 0 < before.count <= len(messages):
+        out = [] if system is None else [_system_to_neutral(system)]
+        start, after_assistant, calls = 0, False, set[str]()
+    else:
+        out, start = list(before.neutral), before.count
+        after_assistant, calls = before.after_assistant, set(before.calls)
+    for i in range(start, len(messages)):
+        msg = messages[i]
         if not isinstance(msg, dict):
             raise UnrecognisedHistory(f"message {i} is not an object")
         role = msg.get("role")
@@ -60,9 +84,9 @@ def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:
             else:
                 raise UnrecognisedHistory(f"message {i} has no known role")
         after_assistant = role == "assistant"
-    if messages:
+    if messages:  # (already there on a message kept from `before`: the same value)
         out[1 if system is not None else 0][X_FIRST] = True
-    return out
+    return Converted(out, len(messages), after_assistant, frozenset(calls))
 
 
 def _assistant(i: int, msg: dict[str, Any], ids: set[str]) -> dict[str, Any]:

@@ -1,0 +1,91 @@
+"""Converting a Messages history on from the session's last request's conversion
+(`proxy.neutral_reuse`) gives what converting it whole gives, and is used only when the
+history resends the last one's as it was."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.json_limits import compaction_blocker
+from proxy.neutral_reuse import NeutralReuse
+from proxy.session import UnrecognisedHistory
+from proxy.wire.messages import MessagesWire
+from proxy.wire.messages_neutral import convert, to_neutral
+from tests.wire.messages_cases import requests, session
+
+WIRE = MessagesWire()
+
+
+def body_of(system: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """As the proxy parses it: a fresh copy of every message."""
+    body = {"model": "claude", "messages": copy.deepcopy(messages)}
+    if system is not None:
+        body["system"] = copy.deepcopy(system)
+    return body
+
+
+def reuse_messages(reuse: NeutralReuse, body: dict[str, Any], session_id: str = "s") -> Any:
+    raw = orjson.dumps(body)
+    _, written = compaction_blocker(raw, body, "messages")
+    return reuse.messages(session_id, WIRE, body, written)
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests(), st.data())
+def test_going_on_from_a_first_part_gives_the_whole_conversion(
+    request: tuple[Any, list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    system, messages = request
+    cut = data.draw(st.integers(1, len(messages)))
+    try:
+        whole = to_neutral(system, messages)
+    except UnrecognisedHistory:
+        return
+    before = convert(system, messages[:cut])
+    kept = copy.deepcopy(before.neutral)
+    assert convert(system, messages, before).neutral == whole
+    assert before.neutral == kept  # the earlier conversion is left as it was
+
+
+def test_an_assistant_message_after_an_assistant_end_joins_its_turn() -> None:
+    first = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "part one"}]
+    more = [*first, {"role": "assistant", "content": "part two"}]
+    went_on = convert("sys", more, convert("sys", first)).neutral
+    assert went_on == to_neutral("sys", more)
+    assert went_on[-1]["content"] == "part one\npart two"
+
+
+def test_the_session_reuse_converts_only_what_a_history_adds() -> None:
+    reuse = NeutralReuse()
+    history = session()
+    turns = [history[:n] for n in range(3, len(history) + 1)]
+    for n, messages in enumerate(turns):
+        body = body_of("You code.", messages)
+        assert reuse_messages(reuse, body) == to_neutral("You code.", body["messages"])
+        assert reuse.reused == n  # every turn after the first went on from the one before
+
+    # Not from another session, another system, or a history edited before its end.
+    body = body_of("You code.", history)
+    assert reuse_messages(reuse, body, "other") == to_neutral("You code.", history)
+    assert reuse.reused == len(turns) - 1
+    reuse_messages(reuse, body_of("You code.", history))
+    assert reuse_messages(reuse, body_of("Other.", history)) == to_neutral("Other.", history)
+    edited = copy.deepcopy(history)
+    edited[0]["content"][0]["text"] = "Fix the bug in b.py"
+    count = reuse.reused
+    assert reuse_messages(reuse, body_of("You code.", edited)) == to_neutral("You code.", edited)
+    assert reuse.reused == count
+
+
+def test_what_a_request_does_to_its_list_stays_its_own() -> None:
+    reuse = NeutralReuse()
+    history = session()
+    got = reuse_messages(reuse, body_of(None, history[:3]))
+    got.clear()
+    again = reuse_messages(reuse, body_of(None, history))
+    assert again == to_neutral(None, history) and reuse.reused == 1
