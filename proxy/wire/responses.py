@@ -97,6 +97,17 @@ class ResponsesWire:
             raise Unsupported("the history is held on the provider's side")
         return items.items_to_messages(input_items(body))
 
+    def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], Any]:
+        """`messages`, going on from an earlier request's conversion of a first part of
+        these items (`proxy.neutral_reuse`)."""
+        if body.get("previous_response_id") or body.get("conversation"):
+            raise Unsupported("the history is held on the provider's side")
+        if not isinstance(body.get("input"), list):
+            return self.messages(body), None
+        previous = before if isinstance(before, items.Converted) else None
+        converted = items.convert(input_items(body), previous)
+        return converted.neutral, converted
+
     def as_received(self, messages: list[JSON]) -> list[Any]:
         # Half the bytes of the neutral messages, which carry them and what came of them.
         return [m.get(items.X_ITEMS, m) if isinstance(m, dict) else m for m in messages]

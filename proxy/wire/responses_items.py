@@ -5,18 +5,19 @@ groups them into the Chat Completions-shaped messages the core works on: leading
 system items become system messages, each user item a user message, each run of model items
 (reasoning, assistant text, calls of any kind, unknown items) one assistant message with a
 tool call per item that has a `call_id`, and each output a tool message. Every message keeps
-the very items it came from under `x_items`; `messages_to_items` emits those verbatim, so a
-history the core left alone comes back byte for byte (reasoning `encrypted_content` included).
-The extract tool in the Responses shape is `proxy.wire.responses_tool`. Pure: no I/O.
+the very items it came from under `x_items`; `messages_to_items` (`proxy.wire.responses_back`)
+emits those verbatim, so a history the core left alone comes back byte for byte (reasoning
+`encrypted_content` included). The extract tool in the Responses shape is
+`proxy.wire.responses_tool`. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from proxy.extract_tool import content_text
 from proxy.extract_tool import is_extract_call as is_extract_call  # of a neutral tool_call
 from proxy.session import UnrecognisedHistory
 
@@ -194,6 +195,19 @@ def _client_message(item: dict[str, Any], i: int, leading: bool) -> dict[str, An
     return {"role": "system" if leading else role, "content": parts_text(content), X_ITEMS: [item]}
 
 
+@dataclass(frozen=True)
+class Converted:
+    """A request's neutral messages, and where converting went on from after its last item
+    (`convert(..., before=...)`): possible only when no assistant message was left open
+    (the last item was an output or a client message). Never changed once made."""
+
+    neutral: list[dict[str, Any]]
+    count: int  # the items converted
+    closed: bool  # no assistant message was being filled at the end
+    open_calls: frozenset[str]
+    leading: bool
+
+
 def items_to_messages(items: Any) -> list[dict[str, Any]]:
     """A request's `input` as neutral messages; UnrecognisedHistory when it cannot be.
 
@@ -203,19 +217,32 @@ def items_to_messages(items: Any) -> list[dict[str, Any]]:
     which decides (and words) every refusal."""
     if isinstance(items, str):
         return [{"role": "user", "content": items, X_ITEMS: [{"role": "user", "content": items}]}]
+    return convert(items).neutral
+
+
+def convert(items: Any, before: Converted | None = None) -> Converted:
+    """`items_to_messages` of a list, as a `Converted`; with `before`, the conversion of the
+    first `before.count` of these items (an earlier request's), only the items after them are
+    converted: what converting them all would give."""
     if not isinstance(items, list):
         raise UnrecognisedHistory("input is neither text nor a list of items")
-    messages: list[dict[str, Any]] = []
-    append = messages.append
     pending: list[_Pending] = []
     # The assistant message being filled (None when none is), and its parts.
     originals: list[dict[str, Any]] | None = None
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
-    open_calls: set[str] = set()  # calls the next outputs may answer
-    leading = True  # nothing but system and developer items yet (an output follows a call)
-    for i, item in enumerate(items):
+    if before is None or not before.closed or not 0 < before.count <= len(items):
+        messages: list[dict[str, Any]] = []
+        start = 0
+        open_calls: set[str] = set()  # calls the next outputs may answer
+        leading = True  # nothing but system and developer items yet (an output follows a call)
+    else:
+        messages, start = list(before.neutral), before.count
+        open_calls, leading = set(before.open_calls), before.leading
+    append = messages.append
+    for i in range(start, len(items)):
+        item = items[i]
         if not isinstance(item, dict):
             raise _fail(i, "an item that is not an object")
         kind = item.get("type")
@@ -271,7 +298,7 @@ def items_to_messages(items: Any) -> list[dict[str, Any]]:
                 continue
         _add(item, kind, i, texts, reasoning, calls, open_calls)
     _complete(pending)
-    return messages
+    return Converted(messages, len(items), originals is None, frozenset(open_calls), leading)
 
 
 def output_to_message(output: Any) -> dict[str, Any]:
@@ -291,101 +318,3 @@ def output_to_message(output: Any) -> dict[str, Any]:
         _add(item, _item_type(item, i), i, texts, reasoning, calls, call_ids)
     _complete([(message, texts, reasoning, calls)])
     return message
-
-
-# -- back to items ---------------------------------------------------------------------------
-
-
-def _function_call(call: dict[str, Any]) -> list[Any]:
-    """The items of a tool call the client never sent (the proxy's own extract calls)."""
-    originals = call.get(X_ITEMS)
-    if isinstance(originals, list):
-        return list(originals)  # the very items the model produced for it
-    fn = call.get("function")
-    fn = fn if isinstance(fn, dict) else {}
-    arguments = fn.get("arguments")
-    if not isinstance(arguments, str):
-        arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
-    # No `id`: an id would tie the call to a reasoning item this request may not carry.
-    return [
-        {
-            "type": "function_call",
-            "call_id": str(call.get("id")),
-            "name": str(fn.get("name")),
-            "arguments": arguments,
-        }
-    ]
-
-
-def _tool_items(message: dict[str, Any], originals: Any) -> list[Any]:
-    content = message.get("content")
-    if not isinstance(originals, list):
-        output = content if isinstance(content, str) else content_text(content)
-        call_id = str(message.get("tool_call_id"))
-        return [{"type": "function_call_output", "call_id": call_id, "output": output}]
-    if len(originals) != 1 or not isinstance(originals[0], dict):
-        return list(originals)
-    original = originals[0]
-    kind = original.get("type")
-    if content is original.get("output") or content == output_content(original):
-        return [original]
-    field = "result" if "output" not in original and "result" in original else "output"
-    if isinstance(original.get(field), str) or kind in TEXT_OUTPUTS:
-        new = content if isinstance(content, str | list) else content_text(content)
-        return [{**original, field: new}]
-    return [original]  # a structured output that text cannot stand in for
-
-
-def _input_part(part: Any) -> Any:
-    if not isinstance(part, dict):
-        return part
-    if part.get("type") == "text":
-        return {"type": "input_text", "text": part.get("text")}
-    if part.get("type") == "image_url":
-        image = part.get("image_url")
-        image = image if isinstance(image, dict) else {"url": image}
-        return {"type": "input_image", "image_url": image.get("url"), **_detail(image)}
-    return part
-
-
-def _detail(image: dict[str, Any]) -> dict[str, Any]:
-    return {"detail": image["detail"]} if "detail" in image else {"detail": "auto"}
-
-
-def messages_to_items(messages: list[dict[str, Any]]) -> list[Any]:
-    """Neutral messages back as `input` items: originals verbatim, the proxy's own added."""
-    items: list[Any] = []
-    for message in messages:
-        role, originals = message.get("role"), message.get(X_ITEMS)
-        if role == "tool":
-            # Mostly the one original whose output the message still holds: that item as is.
-            if isinstance(originals, list) and len(originals) == 1:
-                original = originals[0]
-                if isinstance(original, dict) and message.get("content") is original.get("output"):
-                    items.append(original)
-                    continue
-            items.extend(_tool_items(message, originals))
-        elif role == "assistant":
-            known: set[Any] = set()  # the calls its originals make
-            if isinstance(originals, list):
-                items.extend(originals)
-                for original in originals:  # (in 3.11 a loop costs less than a comprehension)
-                    if isinstance(original, dict):
-                        known.add(original.get("call_id"))
-            elif message.get("content"):
-                text = content_text(message["content"])
-                items.append({"type": "message", "role": "assistant", "content": text})
-            for call in message.get("tool_calls") or ():
-                if isinstance(call, dict) and call.get("id") not in known:
-                    items.extend(_function_call(call))
-        elif isinstance(originals, list):
-            items.extend(originals)
-        elif role in CLIENT_ROLES:
-            content = message.get("content")
-            parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-            items.append(
-                {"type": "message", "role": role, "content": [_input_part(p) for p in parts]}
-            )
-        else:
-            raise ValueError(f"a message with role {role!r} and no original items")
-    return items

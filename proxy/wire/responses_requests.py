@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.wire.base import JSON, Outgoing
+from proxy.wire.responses_back import messages_to_items
 from proxy.wire.responses_items import (
     X_ITEMS,
-    messages_to_items,
     output_to_message,
     parts_text,
     user_content,

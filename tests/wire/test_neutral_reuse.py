@@ -1,4 +1,4 @@
-"""Converting a Messages history on from the session's last request's conversion
+"""Converting a Messages or Responses history on from the session's last request's conversion
 (`proxy.neutral_reuse`) gives what converting it whole gives, and is used only when the
 history resends the last one's as it was."""
 
@@ -16,7 +16,11 @@ from proxy.neutral_reuse import NeutralReuse
 from proxy.session import UnrecognisedHistory
 from proxy.wire.messages import MessagesWire
 from proxy.wire.messages_neutral import convert, to_neutral
+from proxy.wire.responses import ResponsesWire
+from proxy.wire.responses_items import convert as convert_items
+from proxy.wire.responses_items import items_to_messages
 from tests.wire.messages_cases import requests, session
+from tests.wire.test_responses_items import fc, fco, histories
 
 WIRE = MessagesWire()
 
@@ -89,3 +93,40 @@ def test_what_a_request_does_to_its_list_stays_its_own() -> None:
     got.clear()
     again = reuse_messages(reuse, body_of(None, history))
     assert again == to_neutral(None, history) and reuse.reused == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.data())
+def test_responses_going_on_from_a_closed_first_part_gives_the_whole_conversion(
+    items: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(1, max(1, len(items))))
+    try:
+        whole = items_to_messages(items)
+    except UnrecognisedHistory:
+        return
+    before = convert_items(items[:cut])
+    kept = copy.deepcopy(before.neutral)
+    went_on = convert_items(items, before).neutral
+    assert went_on == whole
+    assert before.neutral == kept
+
+
+def test_responses_never_go_on_from_an_open_assistant_message() -> None:
+    reasoning = {"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "x"}
+    first = [{"role": "user", "content": "go"}, reasoning]
+    assert not convert_items(first).closed  # the call that follows joins that message
+    items = [*first, fc("c1"), fco("c1")]
+    assert convert_items(items, convert_items(first)).neutral == items_to_messages(items)
+
+
+def test_the_session_reuse_goes_on_for_codex_histories() -> None:
+    reuse = NeutralReuse()
+    wire = ResponsesWire()
+    items: list[dict[str, Any]] = [{"role": "user", "content": "list the files"}]
+    for n in range(4):
+        items = [*items, fc(f"c{n}"), fco(f"c{n}", f"out {n}")]
+        body = {"model": "gpt-5", "input": copy.deepcopy(items), "store": False}
+        _, written = compaction_blocker(orjson.dumps(body), body, "input")
+        assert reuse.messages("s", wire, body, written) == items_to_messages(body["input"])
+        assert reuse.reused == n

@@ -19,16 +19,17 @@ from proxy.fingerprint import PrefixChain
 from proxy.session import UnrecognisedHistory, rebuild, validate
 from proxy.session_state import HiddenExtract, SessionState
 from proxy.wire import (
+    responses_back,
     responses_items,
     responses_requests,
     responses_rounds,
     responses_stream,
     responses_tool,
 )
+from proxy.wire.responses_back import messages_to_items
 from proxy.wire.responses_items import (
     X_ITEMS,
     items_to_messages,
-    messages_to_items,
     output_to_message,
 )
 from proxy.wire.responses_tool import (
@@ -737,7 +738,14 @@ def test_reclaiming_every_result_changes_only_outputs(items: list[dict[str, Any]
 
 @pytest.mark.parametrize(
     "module",
-    [responses_items, responses_requests, responses_rounds, responses_stream, responses_tool],
+    [
+        responses_back,
+        responses_items,
+        responses_requests,
+        responses_rounds,
+        responses_stream,
+        responses_tool,
+    ],
 )
 def test_the_adapter_is_pure_and_small(module: Any) -> None:
     path = Path(module.__file__)

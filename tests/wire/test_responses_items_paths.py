@@ -17,8 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.session import UnrecognisedHistory
+from proxy.wire import responses_back as rb
 from proxy.wire import responses_items as ri
-from proxy.wire.responses_items import X_ITEMS, items_to_messages, messages_to_items, parts_text
+from proxy.wire.responses_back import messages_to_items
+from proxy.wire.responses_items import X_ITEMS, items_to_messages, parts_text
 from tests.bench.histories import responses_body
 from tests.wire.test_responses_items import histories
 
@@ -233,7 +235,7 @@ def test_a_tool_message_goes_back_as_the_general_path_sends_it(
         if message["role"] == "tool":
             if edited:
                 message = {**message, "content": "[Compacted]"}
-            expected = ri._tool_items(message, message[X_ITEMS])
+            expected = rb._tool_items(message, message[X_ITEMS])
             back = messages_to_items([message])
             assert orjson.dumps(back) == orjson.dumps(expected)
             assert [id(x) for x in back] == [id(x) for x in expected] or edited

@@ -13,7 +13,8 @@ from proxy.session import rebuild
 from proxy.session_state import SessionState
 from proxy.summarizer import _shrink
 from proxy.wire.base import Outgoing
-from proxy.wire.responses_items import X_ITEMS, items_to_messages, messages_to_items
+from proxy.wire.responses_back import messages_to_items
+from proxy.wire.responses_items import X_ITEMS, items_to_messages
 from proxy.wire.responses_requests import (
     summary_item,
     summary_reply,

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
 from proxy.sse import SSEDecoder
 from proxy.wire.base import Usage
-from proxy.wire.responses_items import X_ITEMS, messages_to_items, output_to_message
+from proxy.wire.responses_back import messages_to_items
+from proxy.wire.responses_items import X_ITEMS, output_to_message
 from proxy.wire.responses_rounds import (
     RoundResult,
     hidden_indexes,
