@@ -261,7 +261,8 @@ class Turn:
             report = await compactor.auto_compact(agent)
         except Exception:
             log.exception("compaction failed, sending uncompacted")
-            self.rb = rebuild(self.history, SessionState.from_bytes(rb.state.to_bytes()))
+            state = SessionState.from_bytes(rb.state.to_bytes())
+            self.rb = rebuild(self.history, state, self.history_json(), self.received())
             self.compaction = "failed"
             return
         apply_compaction(rb)
