@@ -124,6 +124,14 @@ class Written:
         return rest.replace(_MARK_JSON, self.history_json, 1)
 
 
+def dumps_body(body: dict[str, Any], written: Written | None) -> bytes:
+    """`orjson.dumps(body)`; a history that goes up as `written` holds it is not written
+    again."""
+    if written is not None and written.holds(body.get(written.field)):
+        return written.body(body)
+    return orjson.dumps(body)
+
+
 def compaction_blocker(
     raw: bytes, body: Any, history_field: str | None = None
 ) -> tuple[str | None, Written | None]:
@@ -150,5 +158,6 @@ __all__ = [
     "ORJSON_INT_MIN",
     "Written",
     "compaction_blocker",
+    "dumps_body",
     "has_wide_int",
 ]

@@ -26,7 +26,7 @@ from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import answer, split_calls
-from proxy.json_limits import Written
+from proxy.json_limits import Written, dumps_body
 from proxy.session import add_hidden, record_turn
 from proxy.store.base import SessionKey
 from proxy.streaming import relay_stream
@@ -54,10 +54,8 @@ class Pipeline:
         session_id: str,
         wire: Wire,
         upstream: Upstream | None = None,
-        written: Written | None = None,
+        written: Written | None = None,  # the client's body as the blocker check wrote it
     ) -> None:
-        """`written`: the client's body as the blocker check wrote it (`proxy.json_limits`),
-        whose history's bytes the prefix hash and an unchanged upstream body reuse."""
         app_state = request.app.state
         self.request = request
         self.wire = wire
@@ -70,10 +68,8 @@ class Pipeline:
         self.headers["content-type"] = "application/json"
         key = SessionKey(tenant=tenant_of(request.headers), session=session_id)
         writer = getattr(app_state, "writer", None)
-        self.turn = Turn(
-            key=key, store=app_state.store, body=body, wire=wire, writer=writer, written=written
-        )
-        self.written = written
+        self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
+        self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
         self.upstream_ms = 0.0
         self.extract_calls = 0
@@ -242,21 +238,13 @@ class Pipeline:
                 "POST",
                 self.wire.path,
                 headers=self.headers,
-                content=self.encode(body),
+                content=dumps_body(body, self.turn.written),
                 params=self.request.scope.get("query_string", b""),  # e.g. ?beta=true
             )
             self.upstream_headers = self.upstream.response_headers(resp.headers)
             return resp
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
-
-    def encode(self, body: JSON) -> bytes:
-        """The upstream body's bytes; the client's history, when it goes up as it came, is
-        not written again."""
-        written = self.written
-        if written is not None and written.holds(body.get(written.field)):
-            return written.body(body)
-        return orjson.dumps(body)
 
     async def open_checked(self, body: JSON) -> tuple[UpstreamResponse | None, Response | None]:
         """Open a round; after a context-length refusal compact harder and send again (the
@@ -328,8 +316,7 @@ class Pipeline:
                 self.hide(rnd, extract, results)
             break
         reply = self.wire.client_reply(self.client_body, rounds, injected=self.turn.injected)
-        # Recorded (its save queued) once the answer is written out, before the request ends:
-        # nothing runs in between, so the session's next request still finds the save queued.
+        # Recorded once the answer is out, before the request ends: the next one finds the save.
         return Response(
             orjson.dumps(reply),
             media_type="application/json",

@@ -115,9 +115,7 @@ def relay(response: UpstreamResponse, timing: dict[str, Any] | None = None) -> R
         for name, value in SSE_HEADERS:
             if name not in present:
                 headers.append((name, value))
-    relayed.raw_headers = [
-        (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers
-    ]
+    relayed.raw_headers = _raw(headers)
     return relayed
 
 
@@ -171,11 +169,12 @@ def _answer(response: UpstreamResponse, body: bytes) -> Response:
     """The upstream's answer, read whole: its status, headers and bytes."""
     answer = Response(body, status_code=response.status_code)
     headers = Upstream.response_headers(response.headers, raw=True)
-    answer.raw_headers = [
-        *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
-        (b"content-length", str(len(body)).encode("ascii")),
-    ]
+    answer.raw_headers = [*_raw(headers), (b"content-length", str(len(body)).encode("ascii"))]
     return answer
+
+
+def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 async def forward_endpoint(request: Request) -> Response:

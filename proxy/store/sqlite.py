@@ -9,8 +9,8 @@ free (busy timeout 0; the worker checkpoints the WAL). Either goes to the worker
 cannot answer at once. Compare-and-set is one statement (`UPDATE ... WHERE version = ?`,
 `INSERT ... ON CONFLICT DO NOTHING`), atomic even when processes share the file. Leases have
 their own table with a wall-clock expiry; taking one is one upsert that only replaces an
-expired row. Retention: sessions not written for `ttl_seconds` (and expired leases) are
-deleted when the store connects and then at most once an hour.
+expired row (`proxy.store.sqlite_leases`). Retention: sessions not written for `ttl_seconds`
+(and expired leases) are deleted when the store connects and then at most once an hour.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from pathlib import Path
-from time import time as wall_clock
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from proxy.store import sqlite_leases as leases
 from proxy.store.base import (
     DEFAULT_MAX_SESSION_BYTES,
     DEFAULT_TTL_SECONDS,
@@ -105,8 +106,6 @@ class SQLiteStore:
         self._closed = False
         self._reader = InlineReader(self.path)
         self._writer = InlineWriter(self.path)
-        self._data_version: tuple[int, int] | None = None
-        self._outside = 0  # commits of other connections seen (see outside_writes)
 
     @property
     def where(self) -> str:
@@ -202,23 +201,15 @@ class SQLiteStore:
         return await self._run(lambda conn: answer(conn.execute(sql, (key.id,)).fetchone()))
 
     def outside_writes(self) -> int | None:
-        """How many times a commit by another connection than the loop's own writer was
-        seen: the same number twice means nobody else wrote in between, so what this process
-        last read or wrote is still stored (`proxy.store.cache` then skips the version read).
-        None when it cannot tell."""
+        """Commits by others seen so far (`InlineWriter.outside_writes`): while it reads the
+        same, what this process last read or wrote is still stored, and `proxy.store.cache`
+        skips the version read. None when it cannot tell."""
         if self._conn is None or self._closed or self.read_only:
             return None
-        version = self._writer.data_version()
-        if version is None:
-            return None
-        if version != self._data_version:
-            self._data_version = version
-            self._outside += 1
-        return self._outside
+        return self._writer.outside_writes()
 
     def outside_seen(self) -> int | None:
-        """`outside_writes` as last seen, without looking again."""
-        return self._outside if self._data_version is not None else None
+        return None if self._closed or self.read_only else self._writer.outside_seen()
 
     async def put(
         self,
@@ -327,47 +318,20 @@ class SQLiteStore:
         return int(row[0])
 
     async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
-        ttl = check_ttl(ttl_s) / 1000
         token = new_token()
-
-        def take(conn: sqlite3.Connection) -> bool:
-            now = wall_clock()
-            cur = conn.execute(
-                "INSERT INTO leases (id, token, expires) VALUES (?, ?, ?)"
-                " ON CONFLICT (id) DO UPDATE SET token = excluded.token,"
-                " expires = excluded.expires WHERE leases.expires <= ?",
-                (key.id, token, now + ttl, now),
-            )
-            return cur.rowcount == 1
-
-        return token if await self._run(take) else None
+        taken = await self._run(partial(leases.take, lease_id=key.id, token=token, ttl=_ttl(ttl_s)))
+        return token if taken else None
 
     async def renew(self, key: SessionKey, token: str, ttl_s: float) -> bool:
-        ttl = check_ttl(ttl_s) / 1000
-
-        def extend(conn: sqlite3.Connection) -> bool:
-            now = wall_clock()
-            cur = conn.execute(
-                "UPDATE leases SET expires = ? WHERE id = ? AND token = ? AND expires > ?",
-                (now + ttl, key.id, token, now),
-            )
-            return cur.rowcount == 1
-
-        return await self._run(extend)
+        return await self._run(
+            partial(leases.extend, lease_id=key.id, token=token, ttl=_ttl(ttl_s))
+        )
 
     async def release(self, key: SessionKey, token: str) -> None:
-        def drop(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM leases WHERE id = ? AND token = ?", (key.id, token))
-
-        await self._run(drop)
+        await self._run(partial(leases.drop, lease_id=key.id, token=token))
 
     async def lease_left(self, key: SessionKey) -> float | None:
-        def read(conn: sqlite3.Connection) -> float | None:
-            row = conn.execute("SELECT expires FROM leases WHERE id = ?", (key.id,)).fetchone()
-            left = None if row is None else float(row[0]) - wall_clock()
-            return left if left is not None and left > 0 else None
-
-        return await self._run(read)
+        return await self._run(partial(leases.left, lease_id=key.id))
 
     async def ping(self) -> bool:
         try:
@@ -406,6 +370,10 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         finally:
             self._executor.shutdown(wait=False)
+
+
+def _ttl(ttl_s: float) -> float:
+    return check_ttl(ttl_s) / 1000  # whole milliseconds, at least one
 
 
 def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:

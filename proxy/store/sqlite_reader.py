@@ -99,7 +99,10 @@ class InlineWriter(_LoopConnection):
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self._since_checkpoint = 0
-        self.opened = 0  # connections opened so far: a new one's data_version starts afresh
+        # `PRAGMA data_version` as last read on this connection (None: not read on it yet),
+        # and how many times it was seen to change (see `outside_writes`).
+        self._data_version: int | None = None
+        self._outside = 0
 
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -107,7 +110,7 @@ class InlineWriter(_LoopConnection):
                 self.path, timeout=0, isolation_level=None, check_same_thread=False
             )
             self._conn = conn  # closed from whichever thread closes the store
-            self.opened += 1
+            self._data_version = None  # a new connection's count starts afresh
             conn.execute("PRAGMA busy_timeout = 0")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint = 0")
@@ -124,17 +127,26 @@ class InlineWriter(_LoopConnection):
         self._since_checkpoint += size
         return True, result
 
-    def data_version(self) -> tuple[int, int] | None:
-        """(connection, `PRAGMA data_version`): it changes when another connection (another
-        process's, or the worker's) has committed; None when this connection cannot tell."""
+    def outside_writes(self) -> int | None:
+        """How many times a commit by another connection (another process's, or the store's
+        worker) was seen, from `PRAGMA data_version`: the same number twice means nobody else
+        wrote in between. A reopened connection counts as a change. None when this connection
+        cannot tell."""
         if not self._usable():
             return None
         try:
-            row = self._open().execute("PRAGMA data_version").fetchone()
+            version = int(self._open().execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             self.close()
             return None
-        return self.opened, int(row[0])
+        if version != self._data_version:
+            self._data_version = version
+            self._outside += 1
+        return self._outside
+
+    def outside_seen(self) -> int | None:
+        """`outside_writes` as last seen, without looking again."""
+        return self._outside if self._data_version is not None else None
 
     def checkpoint_due(self) -> bool:
         """True once enough was written since the last time it said so."""

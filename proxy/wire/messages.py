@@ -21,7 +21,7 @@ from proxy.wire import messages_reply as reply
 from proxy.wire import messages_request as request
 from proxy.wire.base import JSON, Outgoing, Round
 from proxy.wire.messages_checks import request_error
-from proxy.wire.messages_neutral import X_ITEMS, Converted, convert, to_neutral
+from proxy.wire.messages_neutral import X_ITEMS, Converted, convert
 from proxy.wire.messages_stream import MessagesRelay
 
 
@@ -50,7 +50,7 @@ class MessagesWire:
         return parse_body(raw)
 
     def messages(self, body: JSON) -> list[JSON]:
-        return to_neutral(body.get("system"), body.get("messages"))
+        return self.convert_after(body, None)[0]
 
     def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], Converted]:
         """`messages`, going on from an earlier request's conversion of the same `system`

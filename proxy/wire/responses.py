@@ -93,17 +93,13 @@ class ResponsesWire:
         return parse_body(raw)
 
     def messages(self, body: JSON) -> list[JSON]:
-        if body.get("previous_response_id") or body.get("conversation"):
-            raise Unsupported("the history is held on the provider's side")
-        return items.items_to_messages(input_items(body))
+        return self.convert_after(body, None)[0]
 
-    def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], Any]:
+    def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], items.Converted]:
         """`messages`, going on from an earlier request's conversion of a first part of
         these items (`proxy.neutral_reuse`)."""
         if body.get("previous_response_id") or body.get("conversation"):
             raise Unsupported("the history is held on the provider's side")
-        if not isinstance(body.get("input"), list):
-            return self.messages(body), None
         previous = before if isinstance(before, items.Converted) else None
         converted = items.convert(input_items(body), previous)
         return converted.neutral, converted

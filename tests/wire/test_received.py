@@ -54,6 +54,16 @@ def turn(wire: Wire, items: list[dict[str, Any]], state: SessionState | None) ->
     return rebuild(neutral, state, None, wire.as_received(neutral))
 
 
+def next_turn(
+    wire: Wire, first: list[dict[str, Any]], sent: list[dict[str, Any]]
+) -> tuple[Rebuild, Rebuild, int]:
+    """The rebuild of `sent` after a turn that covered `first`, the rebuild of `sent` with no
+    state, and how many messages the first turn covered."""
+    before = turn(wire, first, None)
+    cover(before)
+    return turn(wire, sent, before.state), turn(wire, sent, None), before.state.prefix_len
+
+
 CASES = [
     pytest.param(ResponsesWire(), RESPONSES, RESPONSES_NEXT, id="responses"),
     pytest.param(MessagesWire(), session(), MESSAGES_NEXT, id="messages"),
@@ -64,13 +74,9 @@ CASES = [
 def test_a_resent_history_is_trusted(
     wire: Wire, first: list[dict[str, Any]], more: list[dict[str, Any]]
 ) -> None:
-    before = turn(wire, first, None)
-    cover(before)
-    n = before.state.prefix_len
-    after = turn(wire, [*first, *more], before.state)
+    after, fresh, n = next_turn(wire, first, [*first, *more])
     assert after.reset_reason is None and after.new_from == n
     assert after.chain._digests[:n] == [None] * n  # the prefix was not hashed again
-    fresh = turn(wire, [*first, *more], None)
     assert after.chain.prefix(len(after.messages)) == fresh.chain.prefix(len(fresh.messages))
     # The items are what is hashed, at half the bytes of the neutral messages carrying them.
     assert wire.as_received(after.messages) != after.messages
@@ -80,8 +86,6 @@ def test_a_resent_history_is_trusted(
 def test_a_changed_item_in_the_prefix_is_not_trusted(
     wire: Wire, first: list[dict[str, Any]], more: list[dict[str, Any]]
 ) -> None:
-    before = turn(wire, first, None)
-    cover(before)
     changed = copy.deepcopy(first)
     for item in changed:  # an opaque blob the neutral messages keep only as an item
         if item.get("type") == "reasoning":
@@ -89,10 +93,8 @@ def test_a_changed_item_in_the_prefix_is_not_trusted(
         for block in item.get("content") or []:
             if isinstance(block, dict) and block.get("type") == "thinking":
                 block["signature"] = "other"
-    after = turn(wire, [*changed, *more], before.state)
-    n = before.state.prefix_len
+    after, fresh, n = next_turn(wire, first, [*changed, *more])
     assert after.chain._digests[:n] != [None] * n  # hashed afresh, not trusted
-    fresh = turn(wire, [*changed, *more], None)
     assert after.chain.prefix(len(after.messages)) == fresh.chain.prefix(len(fresh.messages))
 
 
