@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
@@ -319,6 +319,9 @@ class Turn:
         if self.rb is None:
             return self.wire.upstream_body(self.body, None, None, stream=stream)
         out = self.rb.outgoing()
+        written = self.written
+        if out.unchanged and written is not None and written.holds(self.body.get(written.field)):
+            out = replace(out, history_json=written.history_json)
         return self.wire.upstream_body(self.body, out, self.upstream_tools(), stream=stream)
 
     async def save(self, *, wait: bool = True) -> None:

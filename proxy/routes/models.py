@@ -69,12 +69,15 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
     body = wire.parse(raw)
     blocked, written = compaction_blocker(raw, body, wire.history_field)
     if blocked:  # JSON orjson cannot write back exactly: send it as is
+        wire.check(body)
         passed = forward(request, body=raw, upstream=upstream)
         return await unless_client_leaves(request.receive, passed)
     handler = Pipeline(request, body, session_id, wire, upstream, written)
     try:
         handler.turn.messages = _neutral(request, wire, body, written, handler.turn.key.id)
         await handler.prepare()
+    except ProxyError:  # a request the API would refuse (`Wire.messages`)
+        raise
     except Unsupported:
         handler.turn.rb = None
         handler.turn.degraded = "unsupported"

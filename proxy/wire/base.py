@@ -58,6 +58,9 @@ class Outgoing:
     summary: str | None
     rest: list[JSON]
     unchanged: bool = False
+    # With `unchanged`: the client's history as orjson wrote it, if it was (for a wire that
+    # can answer a question about it from its bytes, as Messages counts cache breakpoints).
+    history_json: bytes | None = None
 
 
 @dataclass
@@ -102,11 +105,18 @@ class Wire(Protocol):
     history_field: str  # the body's field that holds the conversation
 
     def parse(self, raw: bytes) -> JSON:
-        """The request body; raises InvalidRequest for what the API would refuse."""
+        """The request body; raises InvalidRequest for what the API would refuse of it,
+        except what `check` finds in its history, which `messages` finds too."""
+        ...
+
+    def check(self, body: JSON) -> None:
+        """Raise InvalidRequest for a history the API would refuse (for a body that goes
+        upstream as it came; `messages` checks the histories it converts)."""
         ...
 
     def messages(self, body: JSON) -> list[JSON]:
-        """Neutral messages; raises UnrecognisedHistory (uncompacted) or Unsupported."""
+        """Neutral messages; raises UnrecognisedHistory (uncompacted) or Unsupported, and
+        InvalidRequest as `check` does."""
         ...
 
     def as_received(self, messages: list[JSON]) -> list[Any]:

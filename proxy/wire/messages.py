@@ -12,6 +12,7 @@ take Anthropic's shape. Pure.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -20,23 +21,47 @@ from proxy.errors import InvalidRequest, UpstreamInvalidResponse
 from proxy.wire import messages_reply as reply
 from proxy.wire import messages_request as request
 from proxy.wire.base import JSON, Outgoing, Round
-from proxy.wire.messages_checks import request_error
+from proxy.wire.messages_checks import Checked, checked, request_error
 from proxy.wire.messages_neutral import X_ITEMS, Converted, convert
 from proxy.wire.messages_stream import MessagesRelay
 
 
 def parse_body(raw: bytes) -> JSON:
     """The request body; what Anthropic would refuse is refused here the same way."""
+    body = parse_object(raw)
+    refuse(body)
+    return body
+
+
+def parse_object(raw: bytes) -> JSON:
+    """The request body as a JSON object, its history not yet checked (`refuse`)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc.msg}") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
-    problem = request_error(body)
-    if problem is not None:
-        raise InvalidRequest(problem)
     return body
+
+
+def refuse(body: JSON, before: Checked | None = None) -> Checked | None:
+    """Raise InvalidRequest for a body Anthropic would refuse; else how far the fast check
+    got (`proxy.wire.messages_checks.checked`, going on from `before`), None if it was not
+    the one that decided."""
+    done = checked(body, before)
+    if done is None:
+        problem = request_error(body)
+        if problem is not None:
+            raise InvalidRequest(problem)
+    return done
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What a later request of the session goes on from (`proxy.neutral_reuse`)."""
+
+    converted: Converted
+    checked: Checked | None
 
 
 class MessagesWire:
@@ -47,17 +72,24 @@ class MessagesWire:
     history_field = "messages"
 
     def parse(self, raw: bytes) -> JSON:
-        return parse_body(raw)
+        # The history is checked as it is converted (`convert_after`), or by `check`.
+        return parse_object(raw)
+
+    def check(self, body: JSON) -> None:
+        refuse(body)
 
     def messages(self, body: JSON) -> list[JSON]:
         return self.convert_after(body, None)[0]
 
-    def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], Converted]:
+    def convert_after(self, body: JSON, before: Any) -> tuple[list[JSON], _Kept]:
         """`messages`, going on from an earlier request's conversion of the same `system`
-        and of a first part of these messages (`proxy.neutral_reuse`)."""
-        previous = before if isinstance(before, Converted) else None
+        and of a first part of these messages (`proxy.neutral_reuse`); what Anthropic would
+        refuse is refused first (InvalidRequest), the part checked before not looked at."""
+        kept = before if isinstance(before, _Kept) else None
+        done = refuse(body, kept.checked if kept else None)
+        previous = kept.converted if kept else None
         converted = convert(body.get("system"), body.get("messages"), previous)
-        return converted.neutral, converted
+        return converted.neutral, _Kept(converted, done)
 
     def as_received(self, messages: list[JSON]) -> list[Any]:
         # Half the bytes of the neutral messages, which carry them and what came of them.

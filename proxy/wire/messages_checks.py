@@ -2,13 +2,16 @@
 
 `check_request` is the reference: it walks the body and raises `MalformedRequest` with the
 message Anthropic would give. `request_error`, which every request passes through, first
-asks `plainly_valid`, one tight pass that only says yes or "not sure" (a yes means
-`check_request` finds nothing); the reference runs on a "not sure" and says why, so the
-fast pass never decides an error message. Pure: no I/O.
+asks `checked` (`plainly_valid`), one tight pass that only says yes or "not sure" (a yes
+means `check_request` finds nothing); the reference runs on a "not sure" and says why, so
+the fast pass never decides an error message. `checked` can go on from an earlier request's
+answer for the same first messages: an agent resends its history every turn, and only what
+it added is looked at. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.messages_content import tool_use_ids
@@ -23,7 +26,7 @@ _ROLES = ("user", "assistant", "system")
 
 def request_error(body: Any) -> str | None:
     """Why Anthropic would refuse this body, in its style of message; None when it is fine."""
-    if plainly_valid(body):
+    if checked(body) is not None:
         return None
     try:
         check_request(body)
@@ -120,25 +123,41 @@ def plainly_valid(body: Any) -> bool:
     False is "not sure": the caller asks `check_request`, which says why (or finds nothing).
     Every test here is one of `check_request`'s, made without building its error text.
     """
+    return checked(body) is not None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """How far `checked` went: the messages it found plainly valid, the last one's role,
+    and the `tool_use` ids a `tool_result` in the next user message may answer."""
+
+    count: int
+    role: Any
+    calls: frozenset[str]
+
+
+def checked(body: Any, before: Checked | None = None) -> Checked | None:
+    """`plainly_valid`, and where it got to: None is "not sure".
+
+    With `before`, an earlier request's `Checked` for the same `system` and the first
+    `before.count` of these messages (the caller knows them to be byte for byte the same),
+    only the messages after them are looked at: the answer a look at all of them gives.
+    """
     if not isinstance(body, dict):
-        return False
-    system = body.get("system")
-    if system is not None and not isinstance(system, str):
-        if not isinstance(system, list):
-            return False
-        for block in system:
-            if not isinstance(block, dict) or block.get("type") != "text":
-                return False
-            if not isinstance(block.get("text"), str):
-                return False
+        return None
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        return False
-    before: Any = None  # the previous message's role
-    calls: set[str] = set()  # the tool_use ids a tool_result here may answer
-    for msg in messages:
+        return None
+    if before is not None and 0 < before.count <= len(messages):
+        start, role_before, calls = before.count, before.role, set(before.calls)
+    else:
+        if not _system_valid(body.get("system")):
+            return None
+        start, role_before, calls = 0, None, set()
+    for i in range(start, len(messages)):
+        msg = messages[i]
         if not isinstance(msg, dict):
-            return False
+            return None
         role = msg.get("role")
         content = msg.get("content")
         if isinstance(content, list):
@@ -146,24 +165,37 @@ def plainly_valid(body: Any) -> bool:
         elif isinstance(content, str):
             blocks = ()
         else:
-            return False
+            return None
         if role == "user":
-            if before != "assistant" and before != "user":
+            if role_before != "assistant" and role_before != "user":
                 calls = set()
             if not _user_blocks_valid(blocks, calls):
-                return False
+                return None
         elif role == "assistant":
-            if before != "assistant":
+            if role_before != "assistant":
                 calls = set()
             if not _assistant_blocks_valid(blocks, calls):
-                return False
+                return None
         elif role == "system":
             calls = set()
             if not _system_blocks_valid(blocks):
-                return False
+                return None
         else:
+            return None
+        role_before = role
+    return Checked(len(messages), role_before, frozenset(calls))
+
+
+def _system_valid(system: Any) -> bool:
+    if system is None or isinstance(system, str):
+        return True
+    if not isinstance(system, list):
+        return False
+    for block in system:
+        if not isinstance(block, dict) or block.get("type") != "text":
             return False
-        before = role
+        if not isinstance(block.get("text"), str):
+            return False
     return True
 
 

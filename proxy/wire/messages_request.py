@@ -54,14 +54,21 @@ def upstream_body(
         sent["tools"] = tools
     if out is None:
         return sent
+    marks: int | None = None  # at most this many breakpoints in `messages`, if known
     if out.unchanged and isinstance(body.get("messages"), list):
         messages: list[Any] = list(body["messages"])
+        if out.history_json is not None:
+            # Every breakpoint is a `"cache_control":` key as orjson writes it (a string
+            # holding those words has its quotes escaped): the count bounds theirs.
+            marks = out.history_json.count(b'"cache_control":')
     else:
         _, messages = from_neutral(out.rest)
     system = body.get("system")
     if out.summary is not None:
         system = with_summary(system, out.summary, messages)
-    system, sent_tools, messages = limit_breakpoints(system, sent.get("tools"), messages)
+    system, sent_tools, messages = limit_breakpoints(
+        system, sent.get("tools"), messages, message_marks_at_most=marks
+    )
     if system is not None:
         sent["system"] = system
     if sent_tools is not None:
@@ -254,9 +261,16 @@ def _unmarked(block: dict[str, Any]) -> dict[str, Any]:
 
 
 def limit_breakpoints(
-    system: Any, tools: Any, messages: list[Any], limit: int = MAX_BREAKPOINTS
+    system: Any,
+    tools: Any,
+    messages: list[Any],
+    limit: int = MAX_BREAKPOINTS,
+    *,
+    message_marks_at_most: int | None = None,
 ) -> tuple[Any, Any, list[Any]]:
     """(system, tools, messages) with at most `limit` breakpoints; the inputs are not edited.
+    `message_marks_at_most`, if given, bounds the breakpoints in `messages`: when that many
+    would fit, they are not counted.
 
     Dropped first: the earliest in `messages` (the newest mark the growing prefix); then,
     in prompt order, tools and system blocks, so the last system mark (the whole system,
@@ -265,7 +279,10 @@ def limit_breakpoints(
     """
     in_system = [i for i, b in enumerate(system) if _marked(b)] if isinstance(system, list) else []
     in_tools = [i for i, t in enumerate(tools) if _marked(t)] if isinstance(tools, list) else []
-    excess = _message_mark_count(messages) + len(in_system) + len(in_tools) - limit
+    others = len(in_system) + len(in_tools)
+    if message_marks_at_most is not None and message_marks_at_most + others <= limit:
+        return system, tools, messages
+    excess = _message_mark_count(messages) + others - limit
     if excess <= 0:
         return system, tools, messages
     drop_messages = list(_message_breakpoints(messages))[:excess]

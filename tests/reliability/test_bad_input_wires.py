@@ -454,6 +454,19 @@ def test_messages_malformed_bodies_are_refused_in_anthropics_shape(
     sessions_intact(target, before)
 
 
+def test_messages_malformed_history_beside_json_the_proxy_passes_through(target: Target) -> None:
+    """A body orjson cannot write back (a 70-bit integer) goes upstream as it came, but a
+    history Anthropic would refuse is still refused by the proxy, in Anthropic's shape."""
+    before, sent = target.states(), len(target.proxy.messages.messages_requests)
+    bad = ANTHROPIC_REFUSES["a tool_result without its tool_use"]["messages"]
+    body = target.messages_body(bad)
+    body["metadata"] = {"user_id": "WIDE"}
+    raw = orjson.dumps(body).replace(b'"WIDE"', str(2**70).encode())
+    assert_anthropic_error(target.messages(raw), 400, "invalid_request_error")
+    assert len(target.proxy.messages.messages_requests) == sent
+    sessions_intact(target, before)
+
+
 @pytest.mark.parametrize("raw", [b"{", b"[1]", b"null", b"\xff\xfe", b'"text"'])
 def test_messages_bodies_that_are_no_json_object(target: Target, raw: bytes) -> None:
     assert_anthropic_error(target.messages(raw), 400, "invalid_request_error")

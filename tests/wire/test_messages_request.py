@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,10 @@ def test_any_request_ends_within_the_limit_keeping_the_newest_marks(
     ]
     total = count_breakpoints(system, tools, msgs)
     new_system, new_tools, new_msgs = limit_breakpoints(system, tools, msgs)
+    # A bound on the messages' breakpoints (the count from their bytes) changes nothing.
+    bound = orjson.dumps(msgs).count(b'"cache_control":')
+    bounded = limit_breakpoints(system, tools, msgs, message_marks_at_most=bound)
+    assert bounded == (new_system, new_tools, new_msgs)
     kept = count_breakpoints(new_system, new_tools, new_msgs)
     assert kept == min(total, MAX_BREAKPOINTS)
     in_messages = [(k, b) for k, m in enumerate(msgs) for b, x in enumerate(m["content"])
@@ -385,6 +390,9 @@ def test_an_unchanged_history_sent_as_it_came_is_what_converting_back_gives(requ
     fast = Outgoing(neutral, neutral[:count], None, neutral[count:], unchanged=True)
     expected = orjson.dumps(upstream_body(body, slow, tools))
     assert orjson.dumps(upstream_body(body, fast, tools)) == expected
+    # Its breakpoints bounded from the history's bytes, not counted: the same body.
+    written = replace(fast, history_json=orjson.dumps(messages))
+    assert orjson.dumps(upstream_body(body, written, tools)) == expected
     assert orjson.dumps(body) == frozen
 
 

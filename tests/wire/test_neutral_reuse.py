@@ -8,13 +8,16 @@ import copy
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.errors import InvalidRequest
 from proxy.json_limits import compaction_blocker
 from proxy.neutral_reuse import NeutralReuse
 from proxy.session import UnrecognisedHistory
 from proxy.wire.messages import MessagesWire
+from proxy.wire.messages_checks import checked, request_error
 from proxy.wire.messages_neutral import convert, to_neutral
 from proxy.wire.responses import ResponsesWire
 from proxy.wire.responses_items import convert as convert_items
@@ -130,3 +133,41 @@ def test_the_session_reuse_goes_on_for_codex_histories() -> None:
         _, written = compaction_blocker(orjson.dumps(body), body, "input")
         assert reuse.messages("s", wire, body, written) == items_to_messages(body["input"])
         assert reuse.reused == n
+
+
+# A message Anthropic would refuse after a first part it accepted, of each kind the check knows.
+_BAD_TAILS: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_none"}]},
+    {"role": "user", "content": [{"text": "a block without a type"}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": 7, "name": "Read"}]},
+    {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+    {"role": "tool", "content": "no such role"},
+    {"role": "user", "content": 3},
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests(), st.data())
+def test_checking_on_from_a_first_part_gives_the_whole_verdict(
+    request: tuple[Any, list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    system, messages = request
+    if data.draw(st.booleans()):
+        messages = [*messages, data.draw(st.sampled_from(_BAD_TAILS))]
+    cut = data.draw(st.integers(1, len(messages)))
+    first = checked(body_of(system, messages[:cut]))
+    if first is None:
+        return  # a first part not plainly valid keeps nothing to go on from
+    whole = body_of(system, messages)
+    assert checked(whole, first) == checked(whole)
+
+
+def test_a_refusal_after_a_reused_first_part_is_the_one_a_whole_check_gives() -> None:
+    reuse = NeutralReuse()
+    history = session()
+    reuse_messages(reuse, body_of("You code.", history))
+    bad = body_of("You code.", [*history, *_BAD_TAILS[:1]])
+    with pytest.raises(InvalidRequest) as refused:
+        reuse_messages(reuse, bad)
+    assert reuse.reused == 1  # it went on from the first request
+    assert str(refused.value.message) == request_error(body_of("You code.", bad["messages"]))
