@@ -89,7 +89,7 @@ def raw_digests(
     if not 0 <= n <= len(messages):
         return None, raw_digests(messages, len(messages), whole)[1]
     try:
-        tail = orjson.dumps(messages[n:])
+        tail = whole if whole is not None and n == 0 else orjson.dumps(messages[n:])
         head = _head_of(whole, tail, n, len(messages)) if whole is not None else None
         if head is None:
             head = orjson.dumps(messages[:n])

@@ -6,16 +6,22 @@ nearly all of it for the messages the last request converted already. `NeutralRe
 per session, the last request's history as orjson wrote it (`proxy.json_limits.Written`) and
 its conversion; a request whose history starts with those same bytes (under the same
 `system`, for Messages) converts only the messages after them (the wire's `convert_after`),
-which gives what converting them all gives. Anything else converts in full. The kept
+which gives what converting them all gives. Anything else converts in full. What the prefix
+hash reads of the neutral messages (`Wire.as_received`) is written the same way: the last
+request's bytes, then only the new messages' (`proxy.fingerprint.raw_digests` cuts its
+prefix from them instead of writing the list again). The kept
 conversions are never changed (a request copies the list; the pipeline edits no neutral
 message in place), bounded by sessions and by history size. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from proxy.json_limits import Written
 
@@ -30,12 +36,16 @@ class Converting(Protocol):
         """(neutral messages, what a later request may go on from)."""
         ...
 
+    def as_received(self, messages: list[dict[str, Any]]) -> list[Any]: ...
+
 
 @dataclass(frozen=True)
 class _Kept:
     history_json: bytes
     system: Any
     converted: Any
+    neutral: list[dict[str, Any]]  # the conversion's messages (never changed)
+    received_json: bytes | None  # `as_received(neutral)` as orjson writes it
 
 
 class NeutralReuse:
@@ -46,28 +56,59 @@ class NeutralReuse:
 
     def messages(
         self, session: str, wire: Converting, body: dict[str, Any], written: Written | None
-    ) -> list[dict[str, Any]]:
-        """The request's neutral messages; raises what the wire's conversion raises."""
+    ) -> tuple[list[dict[str, Any]], Written | None]:
+        """The request's neutral messages, and what the prefix hash reads of them
+        (`as_received`) as orjson writes it; raises what the wire's conversion raises."""
         kept = self._kept.pop(session, None)
         system = body.get("system")
-        before = None
-        if (
+        if not (
             kept is not None
             and written is not None
             and kept.system == system
             and _extends(written.history_json, kept.history_json)
         ):
-            before = kept.converted
+            kept = None
+        if kept is not None:
             self.reused += 1
-        neutral, converted = wire.convert_after(body, before)
+        neutral, converted = wire.convert_after(body, kept.converted if kept else None)
+        received = wire.as_received(neutral)
+        received_json = _received_json(received, neutral, kept)
         if written is not None and len(written.history_json) <= MAX_HISTORY_BYTES:
-            self._kept[session] = _Kept(written.history_json, system, converted)
+            self._kept[session] = _Kept(
+                written.history_json, system, converted, neutral, received_json
+            )
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)
-        return list(neutral)
+        if received_json is None:
+            return list(neutral), None
+        return list(neutral), Written("", received, received_json)
 
     def clear(self) -> None:
         self._kept.clear()
+
+
+def _received_json(
+    received: list[Any], neutral: list[dict[str, Any]], kept: _Kept | None
+) -> bytes | None:
+    """`orjson.dumps(received)`, only the part after the kept conversion's written when
+    this conversion went on from it and kept its messages (the very same objects, which
+    nobody changes: the same bytes); None if orjson cannot write it."""
+    try:
+        done = kept.received_json if kept is not None else None
+        count = len(kept.neutral) if kept is not None else 0
+        if (
+            done is None
+            or len(done) <= 2
+            or count > len(neutral)
+            or not all(map(operator.is_, neutral, kept.neutral))  # type: ignore[union-attr]
+        ):
+            return orjson.dumps(received)
+        if count == len(received):
+            return done
+        view = memoryview(done)
+        return b",".join((view[:-1], memoryview(orjson.dumps(received[count:]))[1:]))
+    except orjson.JSONEncodeError:
+        return None
 
 
 def _extends(history: bytes, earlier: bytes) -> bool:

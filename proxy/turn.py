@@ -71,20 +71,30 @@ class Turn:
     writer: SessionWriter | None = None
     # The client's body as orjson wrote it (`proxy.json_limits.Written`), or None.
     written: Written | None = None
+    # What the prefix hash reads of these neutral messages, as written while converting them
+    # (`proxy.neutral_reuse`), or None.
+    received_written: Written | None = None
 
     @property
     def history(self) -> Any:
         return self.body.get("messages") if self.messages is None else self.messages
 
-    def history_json(self) -> bytes | None:
-        """The history's bytes as written already, when the history is the body's own list."""
-        written = self.written
-        return written.history_json if written is not None and written.holds(self.history) else None
+    def _rebuild(self, state: SessionState | None) -> Rebuild:
+        received, written = self.hashed()
+        return rebuild(self.history, state, written, received)
 
-    def received(self) -> list[Any] | None:
-        """What the prefix hash reads for the history (`Wire.as_received`)."""
+    def hashed(self) -> tuple[list[Any] | None, bytes | None]:
+        """What the prefix hash reads for the history (`Wire.as_received`), and that list as
+        orjson wrote it already, if it did: the body's own history, or what the wire's
+        conversion wrote of it (`received_written`)."""
         history = self.history
-        return self.wire.as_received(history) if isinstance(history, list) else None
+        if not isinstance(history, list):
+            return None, None
+        received = self.wire.as_received(history)
+        for written in (self.written, self.received_written):
+            if written is not None and written.holds(received):
+                return received, written.history_json
+        return received, None
 
     @property
     def state(self) -> SessionState | None:
@@ -112,7 +122,7 @@ class Turn:
             taken = take_decoded(self.store, self.key, stored.version)
             state = taken if taken is not None else parse_state(stored.data)
         try:
-            self.rb = rebuild(self.history, state, self.history_json(), self.received())
+            self.rb = self._rebuild(state)
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
@@ -143,7 +153,7 @@ class Turn:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version
         self.saved = None if stored is None else stored.data
-        self.rb = rebuild(self.history, state, self.history_json(), self.received())
+        self.rb = self._rebuild(state)
         return True
 
     def over(self, threshold: int, force_tokens: int | None) -> int | None:
@@ -262,7 +272,7 @@ class Turn:
         except Exception:
             log.exception("compaction failed, sending uncompacted")
             state = SessionState.from_bytes(rb.state.to_bytes())
-            self.rb = rebuild(self.history, state, self.history_json(), self.received())
+            self.rb = self._rebuild(state)
             self.compaction = "failed"
             return
         apply_compaction(rb)

@@ -48,12 +48,12 @@ async def serve(request: Request, wire: Wire, upstream: Upstream | None = None) 
 
 def _neutral(
     request: Request, wire: Wire, body: JSON, written: Written | None, session: str
-) -> list[JSON]:
-    """The request's neutral messages: converted on from the session's last request's where
-    the wire can (`proxy.neutral_reuse`)."""
+) -> tuple[list[JSON], Written | None]:
+    """The request's neutral messages, converted on from the session's last request's where
+    the wire can (`proxy.neutral_reuse`), and what the prefix hash reads of them as written."""
     reuse: NeutralReuse | None = getattr(request.app.state, "neutral_reuse", None)
     if reuse is None or not hasattr(wire, "convert_after"):
-        return wire.messages(body)
+        return wire.messages(body), None
     return reuse.messages(session, cast(Converting, wire), body, written)
 
 
@@ -74,7 +74,8 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         return await unless_client_leaves(request.receive, passed)
     handler = Pipeline(request, body, session_id, wire, upstream, written)
     try:
-        handler.turn.messages = _neutral(request, wire, body, written, handler.turn.key.id)
+        turn = handler.turn
+        turn.messages, turn.received_written = _neutral(request, wire, body, written, turn.key.id)
         await handler.prepare()
     except ProxyError:  # a request the API would refuse (`Wire.messages`)
         raise

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.errors import InvalidRequest
-from proxy.json_limits import compaction_blocker
+from proxy.json_limits import Written, compaction_blocker
 from proxy.neutral_reuse import NeutralReuse
 from proxy.session import UnrecognisedHistory
 from proxy.wire.messages import MessagesWire
@@ -39,7 +39,15 @@ def body_of(system: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
 def reuse_messages(reuse: NeutralReuse, body: dict[str, Any], session_id: str = "s") -> Any:
     raw = orjson.dumps(body)
     _, written = compaction_blocker(raw, body, "messages")
-    return reuse.messages(session_id, WIRE, body, written)
+    return received_checked(WIRE, *reuse.messages(session_id, WIRE, body, written))
+
+
+def received_checked(wire: Any, neutral: list[dict[str, Any]], received: Written | None) -> Any:
+    """The neutral messages, once what the prefix hash reads of them, as the reuse wrote it,
+    is found to be what writing it whole gives."""
+    assert received is not None and received.holds(wire.as_received(neutral))
+    assert received.history_json == orjson.dumps(wire.as_received(neutral))
+    return neutral
 
 
 @settings(max_examples=150, deadline=None)
@@ -131,7 +139,8 @@ def test_the_session_reuse_goes_on_for_codex_histories() -> None:
         items = [*items, fc(f"c{n}"), fco(f"c{n}", f"out {n}")]
         body = {"model": "gpt-5", "input": copy.deepcopy(items), "store": False}
         _, written = compaction_blocker(orjson.dumps(body), body, "input")
-        assert reuse.messages("s", wire, body, written) == items_to_messages(body["input"])
+        neutral = received_checked(wire, *reuse.messages("s", wire, body, written))
+        assert neutral == items_to_messages(body["input"])
         assert reuse.reused == n
 
 
@@ -171,3 +180,20 @@ def test_a_refusal_after_a_reused_first_part_is_the_one_a_whole_check_gives() ->
         reuse_messages(reuse, bad)
     assert reuse.reused == 1  # it went on from the first request
     assert str(refused.value.message) == request_error(body_of("You code.", bad["messages"]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(requests(), st.data())
+def test_what_the_prefix_hash_reads_is_written_on_from_the_last_request(
+    request: tuple[Any, list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    system, messages = request
+    cut = data.draw(st.integers(1, len(messages)))
+    reuse = NeutralReuse()
+    try:
+        to_neutral(system, messages)
+        reuse_messages(reuse, body_of(system, messages[:cut]))
+    except UnrecognisedHistory:
+        return
+    neutral = reuse_messages(reuse, body_of(system, messages))  # checks the bytes
+    assert neutral == to_neutral(system, messages)
