@@ -38,11 +38,14 @@ ORJSON_INT_MIN = -(2**63)
 ORJSON_INT_MAX = 2**64 - 1
 # orjson writes a float of 1e16 or more as `<digits>e+<exponent>`; one read from an integer
 # literal outside its range is at least 9.2e18, so it is written with an exponent of 18 or more.
-_WIDE_FLOAT = re.compile(rb"e\+(?:1[89]|[2-9][0-9]|[1-9][0-9][0-9])")
+# The search starts at the `+`, a literal `re` looks for quickly; the `<digit>e` before it is
+# checked by hand (a look-behind would slow every step of the search).
+_WIDE_EXPONENT = re.compile(rb"\+(?:1[89]|[2-9][0-9]|[1-9][0-9][0-9])")
 _DIGITS = frozenset(b"0123456789")
-# `re` looks for that byte by byte (about 1 ns a byte); `bytes.find` finds a `+` with memchr,
-# many times faster, and a `+` is rare in JSON. Past this many, the rest is left to `re`.
-_PLUSES_LOOKED_AT = 64
+# `bytes.find` finds a `+` with memchr, faster still, and a `+` is rare in JSON text. Base64
+# is not (a thinking block's signature holds one every 64 bytes): past this many, the rest is
+# left to `re`.
+_PLUSES_LOOKED_AT = 16
 
 
 class _Wide(Exception):
@@ -62,13 +65,18 @@ def _may_hold_wide_float(written: bytes) -> bool:
     at = written.find(b"+", 2)
     while at != -1:
         if looked == _PLUSES_LOOKED_AT:
-            found = _WIDE_FLOAT.finditer(written, at - 1)
-            return any(written[m.start() - 1] in _DIGITS for m in found)
-        if written[at - 2] in _DIGITS and _WIDE_FLOAT.match(written, at - 1):
+            return any(
+                _after_digit_e(written, m.start()) for m in _WIDE_EXPONENT.finditer(written, at)
+            )
+        if _after_digit_e(written, at) and _WIDE_EXPONENT.match(written, at):
             return True
         looked += 1
         at = written.find(b"+", at + 1)
     return False
+
+
+def _after_digit_e(written: bytes, at: int) -> bool:
+    return at >= 2 and written[at - 1] == 0x65 and written[at - 2] in _DIGITS  # `<digit>e+`
 
 
 def has_wide_int(raw: bytes, written: bytes) -> bool:
