@@ -95,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     # After a burst of load, give the allocators' spare memory back (proxy.memory).
     memory.tune_allocator()
+    memory.tune_collector()  # what exists now lives as long as the process
     drain: lifecycle.Drain = app.state.drain
 
     def release() -> None:  # the store is opened by the app's lifespan, once serving starts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import orjson
@@ -105,6 +106,19 @@ def test_glibc_calls_answer_on_linux() -> None:
     assert memory.tune_allocator() is True
     memory.trim()  # True or False, depending on what is free: it must not raise
     memory.reclaim()
+
+
+def test_the_collector_is_tuned_for_the_serving_process() -> None:
+    """In a process of its own (the settings are process-wide): what is alive at start-up is
+    frozen out of the collector's passes, and the youngest generation grows larger."""
+    script = (
+        "import gc; from proxy import memory; memory.tune_collector(); "
+        "print(gc.get_freeze_count(), *gc.get_threshold())"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
+    frozen, young, middle, old = map(int, done.stdout.split())
+    assert frozen > 1000 and young == memory.YOUNG_GENERATION
+    assert (middle, old) == (10, 10)  # the older generations as Python sets them
 
 
 def test_cached_state_bytes_cost_their_length() -> None:
