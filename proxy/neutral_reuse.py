@@ -45,7 +45,8 @@ class _Kept:
     system: Any
     converted: Any
     neutral: list[dict[str, Any]]  # the conversion's messages (never changed)
-    received_json: bytes | None  # `as_received(neutral)` as orjson writes it
+    received: list[Any]  # `as_received(neutral)`
+    received_json: bytes | None  # that list as orjson writes it
 
 
 class NeutralReuse:
@@ -71,11 +72,15 @@ class NeutralReuse:
         if kept is not None:
             self.reused += 1
         neutral, converted = wire.convert_after(body, kept.converted if kept else None)
-        received = wire.as_received(neutral)
-        received_json = _received_json(received, neutral, kept)
+        same = kept is not None and _keeps(neutral, kept.neutral)
+        if same and kept is not None:
+            received = [*kept.received, *wire.as_received(neutral[len(kept.neutral) :])]
+        else:
+            received = wire.as_received(neutral)
+        received_json = _received_json(received, kept if same else None)
         if written is not None and len(written.history_json) <= MAX_HISTORY_BYTES:
             self._kept[session] = _Kept(
-                written.history_json, system, converted, neutral, received_json
+                written.history_json, system, converted, neutral, received, received_json
             )
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)
@@ -87,22 +92,19 @@ class NeutralReuse:
         self._kept.clear()
 
 
-def _received_json(
-    received: list[Any], neutral: list[dict[str, Any]], kept: _Kept | None
-) -> bytes | None:
-    """`orjson.dumps(received)`, only the part after the kept conversion's written when
-    this conversion went on from it and kept its messages (the very same objects, which
-    nobody changes: the same bytes); None if orjson cannot write it."""
+def _keeps(neutral: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> bool:
+    """Whether `neutral` starts with `earlier`'s very messages (which nobody changes)."""
+    return len(earlier) <= len(neutral) and all(map(operator.is_, neutral, earlier))
+
+
+def _received_json(received: list[Any], kept: _Kept | None) -> bytes | None:
+    """`orjson.dumps(received)`; with `kept`, a conversion whose messages this one starts
+    with, only the part after its bytes is written; None if orjson cannot write it."""
     try:
         done = kept.received_json if kept is not None else None
-        count = len(kept.neutral) if kept is not None else 0
-        if (
-            done is None
-            or len(done) <= 2
-            or count > len(neutral)
-            or not all(map(operator.is_, neutral, kept.neutral))  # type: ignore[union-attr]
-        ):
+        if kept is None or done is None or len(done) <= 2:
             return orjson.dumps(received)
+        count = len(kept.received)
         if count == len(received):
             return done
         view = memoryview(done)

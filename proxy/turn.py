@@ -71,8 +71,8 @@ class Turn:
     writer: SessionWriter | None = None
     # The client's body as orjson wrote it (`proxy.json_limits.Written`), or None.
     written: Written | None = None
-    # What the prefix hash reads of these neutral messages, as written while converting them
-    # (`proxy.neutral_reuse`), or None.
+    # What the prefix hash reads of `messages`, as written while converting them, set with
+    # them (`proxy.neutral_reuse`); or None.
     received_written: Written | None = None
 
     @property
@@ -90,6 +90,8 @@ class Turn:
         history = self.history
         if not isinstance(history, list):
             return None, None
+        if self.received_written is not None and history is self.messages:
+            return self.received_written.history, self.received_written.history_json
         received = self.wire.as_received(history)
         for written in (self.written, self.received_written):
             if written is not None and written.holds(received):
