@@ -7,11 +7,11 @@ per session, the last request's history as orjson wrote it (`proxy.json_limits.W
 its conversion; a request whose history starts with those same bytes (under the same
 `system`, for Messages) converts only the messages after them (the wire's `convert_after`),
 which gives what converting them all gives. Anything else converts in full. What the prefix
-hash reads of the neutral messages (`Wire.as_received`) is written the same way: the last
-request's bytes, then only the new messages' (`proxy.fingerprint.raw_digests` cuts its
-prefix from them instead of writing the list again). The kept
-conversions are never changed (a request copies the list; the pipeline edits no neutral
-message in place), bounded by sessions and by history size. Pure: no I/O.
+hash reads of the neutral messages (`Wire.as_received`) goes on the same way, as a list and
+as bytes: the last request's, then only the new messages' (`proxy.fingerprint.raw_digests`
+cuts its prefix from those bytes instead of writing the list again). The kept conversions
+are never changed (a request copies the list; the pipeline edits no neutral message in
+place), bounded by sessions and by history size. Pure: no I/O.
 """
 
 from __future__ import annotations
