@@ -100,7 +100,15 @@ def check(items: list[Any]) -> None:
 
 # -- items of every shape the short paths must notice they cannot take ------------------------
 
-MISSING = object()
+
+class _Missing:
+    """A field left out (a stable repr: it names a parametrized test)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["", "x", "c1"]))
 part = st.fixed_dictionaries(
     {},
