@@ -72,12 +72,12 @@ class NeutralReuse:
         if kept is not None:
             self.reused += 1
         neutral, converted = wire.convert_after(body, kept.converted if kept else None)
-        same = kept is not None and _keeps(neutral, kept.neutral)
-        if same and kept is not None:
+        if kept is not None and _keeps(neutral, kept.neutral):
             received = [*kept.received, *wire.as_received(neutral[len(kept.neutral) :])]
         else:
+            kept = None  # its messages are not all this request's: nothing to go on from
             received = wire.as_received(neutral)
-        received_json = _received_json(received, kept if same else None)
+        received_json = _received_json(received, kept)
         if written is not None and len(written.history_json) <= MAX_HISTORY_BYTES:
             self._kept[session] = _Kept(
                 written.history_json, system, converted, neutral, received, received_json
@@ -100,8 +100,8 @@ def _keeps(neutral: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> bool
 def _received_json(received: list[Any], kept: _Kept | None) -> bytes | None:
     """`orjson.dumps(received)`; with `kept`, a conversion whose messages this one starts
     with, only the part after its bytes is written; None if orjson cannot write it."""
+    done = kept.received_json if kept is not None else None
     try:
-        done = kept.received_json if kept is not None else None
         if kept is None or done is None or len(done) <= 2:
             return orjson.dumps(received)
         count = len(kept.received)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.compact import CompactionContext, CompactorAbstract
@@ -85,17 +85,17 @@ class Turn:
 
     def hashed(self) -> tuple[list[Any] | None, bytes | None]:
         """What the prefix hash reads for the history (`Wire.as_received`), and that list as
-        orjson wrote it already, if it did: the body's own history, or what the wire's
-        conversion wrote of it (`received_written`)."""
+        orjson wrote it already, if it did: what the wire's conversion wrote of it
+        (`received_written`), or the body's own history."""
         history = self.history
         if not isinstance(history, list):
             return None, None
         if self.received_written is not None and history is self.messages:
             return self.received_written.history, self.received_written.history_json
         received = self.wire.as_received(history)
-        for written in (self.written, self.received_written):
-            if written is not None and written.holds(received):
-                return received, written.history_json
+        written = self.written
+        if written is not None and written.holds(received):
+            return received, written.history_json
         return received, None
 
     @property
@@ -333,7 +333,7 @@ class Turn:
         out = self.rb.outgoing()
         written = self.written
         if out.unchanged and written is not None and written.holds(self.body.get(written.field)):
-            out = replace(out, history_json=written.history_json)
+            out.history_json = written.history_json  # a fresh Outgoing, this call's own
         return self.wire.upstream_body(self.body, out, self.upstream_tools(), stream=stream)
 
     async def save(self, *, wait: bool = True) -> None:

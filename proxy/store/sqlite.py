@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from proxy.store import sqlite_leases as leases
+import proxy.store.sqlite_leases as leases
 from proxy.store.base import (
     DEFAULT_MAX_SESSION_BYTES,
     DEFAULT_TTL_SECONDS,

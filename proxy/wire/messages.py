@@ -26,13 +26,6 @@ from proxy.wire.messages_neutral import X_ITEMS, Converted, convert
 from proxy.wire.messages_stream import MessagesRelay
 
 
-def parse_body(raw: bytes) -> JSON:
-    """The request body; what Anthropic would refuse is refused here the same way."""
-    body = parse_object(raw)
-    refuse(body)
-    return body
-
-
 def parse_object(raw: bytes) -> JSON:
     """The request body as a JSON object, its history not yet checked (`refuse`)."""
     try:

@@ -50,13 +50,23 @@ def received_checked(wire: Any, neutral: list[dict[str, Any]], received: Written
     return neutral
 
 
+Cut = tuple[Any, list[dict[str, Any]], int]
+
+
+@st.composite
+def cut_requests(draw: st.DrawFn, tails: list[dict[str, Any]] | None = None) -> Cut:
+    """A generated request (`system`, `messages`), now and then one of `tails` added, and
+    where a first request of the same session ended (1 to all its messages)."""
+    system, messages = draw(requests())
+    if tails and draw(st.booleans()):
+        messages = [*messages, draw(st.sampled_from(tails))]
+    return system, messages, draw(st.integers(1, len(messages)))
+
+
 @settings(max_examples=150, deadline=None)
-@given(requests(), st.data())
-def test_going_on_from_a_first_part_gives_the_whole_conversion(
-    request: tuple[Any, list[dict[str, Any]]], data: st.DataObject
-) -> None:
-    system, messages = request
-    cut = data.draw(st.integers(1, len(messages)))
+@given(cut_requests())
+def test_going_on_from_a_first_part_gives_the_whole_conversion(request: Cut) -> None:
+    system, messages, cut = request
     try:
         whole = to_neutral(system, messages)
     except UnrecognisedHistory:
@@ -156,14 +166,9 @@ _BAD_TAILS: list[dict[str, Any]] = [
 
 
 @settings(max_examples=150, deadline=None)
-@given(requests(), st.data())
-def test_checking_on_from_a_first_part_gives_the_whole_verdict(
-    request: tuple[Any, list[dict[str, Any]]], data: st.DataObject
-) -> None:
-    system, messages = request
-    if data.draw(st.booleans()):
-        messages = [*messages, data.draw(st.sampled_from(_BAD_TAILS))]
-    cut = data.draw(st.integers(1, len(messages)))
+@given(cut_requests(_BAD_TAILS))
+def test_checking_on_from_a_first_part_gives_the_whole_verdict(request: Cut) -> None:
+    system, messages, cut = request
     first = checked(body_of(system, messages[:cut]))
     if first is None:
         return  # a first part not plainly valid keeps nothing to go on from
@@ -183,12 +188,9 @@ def test_a_refusal_after_a_reused_first_part_is_the_one_a_whole_check_gives() ->
 
 
 @settings(max_examples=100, deadline=None)
-@given(requests(), st.data())
-def test_what_the_prefix_hash_reads_is_written_on_from_the_last_request(
-    request: tuple[Any, list[dict[str, Any]]], data: st.DataObject
-) -> None:
-    system, messages = request
-    cut = data.draw(st.integers(1, len(messages)))
+@given(cut_requests())
+def test_what_the_prefix_hash_reads_is_written_on_from_the_last_request(request: Cut) -> None:
+    system, messages, cut = request
     reuse = NeutralReuse()
     try:
         to_neutral(system, messages)
