@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy.body_reuse import BodyReuse
 from proxy.compact import AutoCompactor, CompactorAbstract
 from proxy.errors import (
     ProxyError,
@@ -202,6 +203,7 @@ def create_app(
     app.state.settings = settings
     app.state.compactor = compactor
     app.state.neutral_reuse = NeutralReuse()
+    app.state.body_reuse = BodyReuse()  # kept through idle reclaims: requests come seconds apart
     app.state.drain = drain
     app.state.metrics = metrics
     return app

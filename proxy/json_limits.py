@@ -102,6 +102,12 @@ _MARK = f"xun-history-{uuid.uuid4().hex}"
 _MARK_JSON = orjson.dumps(_MARK)
 
 
+def history_mark() -> str:
+    """What stands in the history's place in the rest of a `Written` body: a string no
+    client sends (random per process)."""
+    return _MARK
+
+
 class Written:
     """A body as orjson writes it, its history field's value (`history`, a list, written as
     `history_json`) apart from the rest."""
@@ -168,4 +174,5 @@ __all__ = [
     "compaction_blocker",
     "dumps_body",
     "has_wide_int",
+    "history_mark",
 ]

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy import identity
+from proxy.body_reuse import BodyReuse
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.json_limits import Written, compaction_blocker
 from proxy.neutral_reuse import Converting, NeutralReuse
@@ -57,6 +58,20 @@ def _neutral(
     return reuse.messages(session, cast(Converting, wire), body, written)
 
 
+def _parsed(
+    request: Request, wire: Wire, raw: bytes, session: str
+) -> tuple[JSON, str | None, Written | None]:
+    """The body, why it must go upstream as it came (`compaction_blocker`) or None, and the
+    body as written: parsed on from the session's last request where it can be
+    (`proxy.body_reuse`)."""
+    reuse: BodyReuse | None = getattr(request.app.state, "body_reuse", None)
+    if reuse is not None:
+        return reuse.parse(session, raw, wire.history_field, wire.parse, wire.accept)
+    body = wire.parse(raw)
+    blocked, written = compaction_blocker(raw, body, wire.history_field)
+    return body, blocked, written
+
+
 async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, int(settings.max_body_bytes))
@@ -66,8 +81,7 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         return await unless_client_leaves(request.receive, passed)
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
-    body = wire.parse(raw)
-    blocked, written = compaction_blocker(raw, body, wire.history_field)
+    body, blocked, written = _parsed(request, wire, raw, session_id)
     if blocked:  # JSON orjson cannot write back exactly: send it as is
         wire.check(body)
         passed = forward(request, body=raw, upstream=upstream)

@@ -109,6 +109,10 @@ class Wire(Protocol):
         except what `check` finds in its history, which `messages` finds too."""
         ...
 
+    def accept(self, body: JSON) -> JSON:
+        """What `parse` checks of the JSON object it read: the body, or InvalidRequest."""
+        ...
+
     def check(self, body: JSON) -> None:
         """Raise InvalidRequest for a history the API would refuse (for a body that goes
         upstream as it came; `messages` checks the histories it converts)."""

@@ -44,7 +44,11 @@ def usage_of(usage: Any) -> Usage | None:
 
 
 def parse_body(raw: bytes) -> JSON:
-    body = json_object(raw)
+    return accept_body(json_object(raw))
+
+
+def accept_body(body: JSON) -> JSON:
+    """A parsed body, refused where OpenAI refuses it for the type of a field we read."""
     if not isinstance(body.get("messages"), list):
         raise InvalidRequest(
             "'messages' must be a list of messages.", param="messages", code="invalid_type"
@@ -111,6 +115,9 @@ class ChatWire:
 
     def parse(self, raw: bytes) -> JSON:
         return parse_body(raw)
+
+    def accept(self, body: JSON) -> JSON:
+        return accept_body(body)
 
     def check(self, body: JSON) -> None:
         return None  # `parse` refuses what this API would

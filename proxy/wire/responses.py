@@ -35,7 +35,11 @@ def _invalid_type(param: str, expected: str) -> InvalidRequest:
 
 def parse_body(raw: bytes) -> JSON:
     """The request body; what OpenAI would refuse for its type is refused here the same way."""
-    body = json_object(raw)
+    return accept_body(json_object(raw))
+
+
+def accept_body(body: JSON) -> JSON:
+    """A parsed body, refused as `parse_body` refuses it."""
     if not isinstance(body.get("input", ""), str | list):
         raise _invalid_type("input", "a string or an array of input items")
     if not isinstance(body.get("instructions", ""), str | None):
@@ -91,6 +95,9 @@ class ResponsesWire:
 
     def parse(self, raw: bytes) -> JSON:
         return parse_body(raw)
+
+    def accept(self, body: JSON) -> JSON:
+        return accept_body(body)
 
     def check(self, body: JSON) -> None:
         return None  # `parse` refuses what this API would
