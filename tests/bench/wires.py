@@ -665,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         rss = {c.name: c.rss_mib() for c in children}
     result: dict[str, Any] = {
         **info,
-        "mode": "quick" if args.quick else "full",
+        "mode": "quick" if args.quick else "full" if args.full else "default",
         "seconds": round(time.time() - started, 1),
         "command": " ".join(proxy.argv),
         "env": {"XUN_CACHE_READ_FACTORS": PRICE},
