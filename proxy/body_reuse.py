@@ -82,7 +82,8 @@ class BodyReuse:
         self.max_bytes = max_bytes
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._bytes = 0
-        self.reused = 0  # requests that parsed only what they added
+        self.parsed = 0  # requests of a session
+        self.reused = 0  # of those, the ones that parsed only what they added
 
     def parse(
         self,
@@ -95,6 +96,7 @@ class BodyReuse:
         """(body, why it must not be compacted or None, the body as written or None), as
         `parse(raw)` and `compaction_blocker(raw, body, field)` give them. `accept` is what
         `parse` checks of a parsed object; both raise what the API would refuse."""
+        self.parsed += 1
         kept = self._drop(session)
         if kept is not None and kept.field == field:
             try:

@@ -50,6 +50,8 @@ class Recorded:
     codex: CodexRun
     fake: FakeResponses
     model: ReadFiles
+    # Through the proxy: its requests of a session, and those parsed on from the last one.
+    parsed: tuple[int, int] = (0, 0)
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -87,6 +89,7 @@ def _run(
     fake.policy = model
     fake.context_window = window
     proxy = None
+    app = None
     try:
         base_url = fake.url
         if through_proxy:
@@ -95,14 +98,17 @@ def _run(
             overrides: dict[str, object] = {"compactor": compactor}
             if threshold is not None:
                 overrides["token_threshold"] = threshold
-            proxy = UvicornThread(create_app(proxy_settings(fake, **overrides))).start()
+            app = create_app(proxy_settings(fake, **overrides))
+            proxy = UvicornThread(app).start()
             base_url = proxy.url + "/v1"
         codex = run_codex(base_url, work, tmp / f"{name}-home", PROMPT)
     finally:
         if proxy is not None:
             proxy.stop()
         fake.stop()
-    return Recorded(codex, fake, model)
+    reuse = app.state.body_reuse if app is not None else None
+    parsed = (reuse.parsed, reuse.reused) if reuse is not None else (0, 0)
+    return Recorded(codex, fake, model, parsed)
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +178,13 @@ def test_what_codex_sends(direct: Recorded) -> None:
     assert body["input"][0]["role"] == "developer"
     # One session id for the whole run.
     assert {r.headers["session-id"] for r in direct.requests} == {first.headers["session-id"]}
+
+
+def test_codex_requests_parse_only_what_they_add(proxied: Recorded) -> None:
+    """Codex writes its bodies as orjson does: after a session's first request, each one
+    parses only the items it adds (`proxy.body_reuse`)."""
+    requests, reused = proxied.parsed
+    assert requests >= FILES and reused == requests - 1, proxied.parsed
 
 
 def test_every_upstream_request_is_a_valid_item_sequence(proxied: Recorded) -> None:
