@@ -350,3 +350,26 @@ def test_the_fenced_summary_of_any_wire_carries_the_trail() -> None:
     assert fenced == COMPACTED_SYSTEM_PROMPT.format(summary=f"the summary\n\n{trail.render(t)}")
     assert format_compacted_summary("the summary", None) == format_compacted_summary("the summary")
     assert SystemPrompt("the summary", True, {"c": "client"}, t).text() == f"{fenced}\n\nclient"
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages(), messages(), st.integers(0, 2000))
+def test_a_remembered_rendering_is_the_rendering(
+    first: list[dict[str, Any]], second: list[dict[str, Any]], budget: int
+) -> None:
+    """`render` remembers by the trail object, never by an equal one or another budget."""
+    older = trail.update(None, first, budget=budget)
+    newer = trail.update(older, second)
+    for t in (older, newer, older, json.loads(json.dumps(newer)), newer):
+        assert trail.render(t) == trail._render(t, None)
+        assert trail.render(t, budget // 2) == trail._render(t, budget // 2)
+
+
+def test_a_trail_is_rendered_once_while_its_state_lasts() -> None:
+    entries = [{"kind": "file", "path": f"src/m{i}.py", "ops": ["read"]} for i in range(1000)]
+    kept = {"version": 1, "budget": 1500, "entries": entries}
+    text = trail.render(kept)
+    entries.append({"kind": "file", "path": "src/new.py", "ops": ["read"]})  # never done
+    assert trail.render(kept) is text  # remembered: the same object is the same trail
+    fresh = {**kept, "entries": list(entries)}
+    assert trail.render(fresh) != text and "src/new.py" in trail.render(fresh)
