@@ -207,14 +207,25 @@ def _go_on(kept: _Kept, raw: bytes) -> tuple[JSON, str | None, Written | None, _
         return body, "too_deep", None, None
     if any(has_wide_int(raw, part) for part in (*dumps, rest)):
         return body, "wide_int", None, None
-    prefix = memoryview(raw)[kept.start : cut]
-    history_json = b",".join((prefix, *dumps)) + b"]" if dumps else bytes(prefix) + b"]"
-    written = Written(kept.field, items, history_json)
-    # Kept for the next request when the new items are written in `raw` as orjson writes them.
+    # The new items as orjson writes them, each after its comma: then the history as written
+    # is these very bytes (one copy), and the next request may go on from this one.
     ends = [*kept.ends[:count], *_ends(cut, [len(d) for d in dumps])]
     end = ends[-1]
+    as_written = (
+        len(raw) > end
+        and raw[end] == _CLOSE
+        and all(
+            raw[at - len(d) - 1] == _COMMA and raw.startswith(d, at - len(d))
+            for at, d in zip(ends[count:], dumps, strict=True)
+        )
+    )
+    if as_written:
+        history_json = raw[kept.start : end + 1]
+    else:
+        history_json = b",".join((memoryview(raw)[kept.start : cut], *dumps)) + b"]"
+    written = Written(kept.field, items, history_json)
     after = None
-    if raw.startswith(history_json, kept.start) and raw[end] == _CLOSE:
+    if as_written:
         after = _Kept(raw, kept.field, head, tail, kept.start, ends, tuple(items))
     return body, None, written, after
 
