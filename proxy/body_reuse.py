@@ -67,6 +67,7 @@ class _Kept:
     start: int  # where the history's `[` is in `raw`
     ends: list[int]  # where each item ends (the offset of the `,` or `]` after it)
     items: tuple[Any, ...]
+    written: Written  # the history as written, with the prefix hash made of it (`end_hash`)
 
     @property
     def tail_bytes(self) -> memoryview:
@@ -164,7 +165,7 @@ def _first(raw: bytes, body: JSON, field: str, written: Written) -> _Kept | None
     split = keys.index(field)
     head = {key: body[key] for key in keys[:split]}
     tail = {key: body[key] for key in keys[split + 1 :]}
-    return _Kept(raw, field, head, tail, at, ends, tuple(items))
+    return _Kept(raw, field, head, tail, at, ends, tuple(items), written)
 
 
 def _ends(start: int, sizes: list[int]) -> list[int]:
@@ -223,10 +224,15 @@ def _go_on(kept: _Kept, raw: bytes) -> tuple[JSON, str | None, Written | None, _
         history_json = raw[kept.start : end + 1]
     else:
         history_json = b",".join((memoryview(raw)[kept.start : cut], *dumps)) + b"]"
-    written = Written(kept.field, items, history_json)
+    # All the last request's items again: its prefix hash goes on over the new bytes only.
+    last = kept.written.end_hash
+    resume = None
+    if count == len(kept.items) and last is not None:
+        resume = (count, cut - kept.start, last)
+    written = Written(kept.field, items, history_json, resume)
     after = None
     if as_written:
-        after = _Kept(raw, kept.field, head, tail, kept.start, ends, tuple(items))
+        after = _Kept(raw, kept.field, head, tail, kept.start, ends, tuple(items), written)
     return body, None, written, after
 
 

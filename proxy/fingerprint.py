@@ -16,7 +16,7 @@ falls back to canonicalising the whole history.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -75,7 +75,12 @@ def message_digest(message: Any) -> bytes:
 
 
 def raw_digests(
-    messages: Sequence[Any], n: int, whole: bytes | None = None
+    messages: Sequence[Any],
+    n: int,
+    whole: bytes | None = None,
+    *,
+    resume: tuple[int, int, Any] | None = None,
+    keep: Callable[[Any], None] | None = None,
 ) -> tuple[str | None, str]:
     """Hashes of `messages[:n]` and of all messages, as received (key order included).
 
@@ -85,9 +90,21 @@ def raw_digests(
     continues the prefix's from before its `]`. `whole`, when given, is how orjson wrote the
     whole list already (`proxy.json_limits.Written`): then only the tail is written, and the
     prefix is the whole's first bytes up to where the tail's items begin.
+
+    With `whole`, a session's last request can spare this one the hashing of the bytes they
+    share: `keep` is given the hash of every item of `whole` (all but its `]`), and `resume`
+    (count, length, that hash) says the first `length` bytes of `whole` are the first `count`
+    items that hash read; when `count` is n only the bytes after them are hashed.
     """
     if not 0 <= n <= len(messages):
-        return None, raw_digests(messages, len(messages), whole)[1]
+        return None, raw_digests(messages, len(messages), whole, keep=keep)[1]
+    if resume is not None and whole is not None and _resumes(resume, n, whole):
+        state = resume[2]
+        at_n = state.copy()
+        at_n.update(b"]")
+        h = state.copy()
+        h.update(memoryview(whole)[resume[1] : -1])
+        return at_n.hexdigest(), _closed(h, keep)
     try:
         tail = whole if whole is not None and n == 0 else orjson.dumps(messages[n:])
         head = _head_of(whole, tail, n, len(messages)) if whole is not None else None
@@ -95,15 +112,31 @@ def raw_digests(
             head = orjson.dumps(messages[:n])
     except orjson.JSONEncodeError:  # a message at orjson's depth limit, too deep in a list
         return _list_digest(messages[:n]), _list_digest(messages)
+    keep = keep if whole is not None else None
     h = hashlib.sha256(memoryview(head)[:-1])
     at_n = h.copy()
     at_n.update(b"]")
     if n == len(messages):
+        _closed(h, keep)
         return at_n.hexdigest(), at_n.hexdigest()
     if n:
         h.update(b",")
-    h.update(memoryview(tail)[1:])
-    return at_n.hexdigest(), h.hexdigest()
+    h.update(memoryview(tail)[1:-1])
+    return at_n.hexdigest(), _closed(h, keep)
+
+
+def _resumes(resume: tuple[int, int, Any], n: int, whole: bytes) -> bool:
+    """Whether `resume` read exactly the first n items of `whole`, as far as can be seen."""
+    count, length = resume[0], resume[1]
+    return count == n > 0 and 1 < length < len(whole) and whole[length] in b",]"
+
+
+def _closed(h: Any, keep: Callable[[Any], None] | None) -> str:
+    """The hex digest of the list `h` has read all the items of, once its `]` is added."""
+    if keep is not None:
+        keep(h.copy())
+    h.update(b"]")
+    return str(h.hexdigest())
 
 
 def _head_of(whole: bytes, tail: bytes, n: int, count: int) -> bytes | memoryview | None:

@@ -110,14 +110,31 @@ def history_mark() -> str:
 
 class Written:
     """A body as orjson writes it, its history field's value (`history`, a list, written as
-    `history_json`) apart from the rest."""
+    `history_json`) apart from the rest.
 
-    __slots__ = ("field", "history", "history_json")
+    `resume` and `end_hash` carry the prefix hash's SHA-256 from a session's request to the
+    next (`proxy.fingerprint.raw_digests`): `end_hash` is that hash of `history_json` once it
+    has read every item, set when the hash is made; `resume` is the last request's, with how
+    many items and bytes this history shares with it, set by whoever knows they are the same.
+    """
 
-    def __init__(self, field: str, history: list[Any], history_json: bytes) -> None:
+    __slots__ = ("end_hash", "field", "history", "history_json", "resume")
+
+    def __init__(
+        self,
+        field: str,
+        history: list[Any],
+        history_json: bytes,
+        resume: tuple[int, int, Any] | None = None,
+    ) -> None:
         self.field = field
         self.history = history
         self.history_json = history_json
+        self.resume = resume
+        self.end_hash: Any = None
+
+    def keep_hash(self, state: Any) -> None:
+        self.end_hash = state
 
     def holds(self, value: Any) -> bool:
         """Whether `value` is the written history: that list, or a copy of it (the same

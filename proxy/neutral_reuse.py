@@ -47,6 +47,7 @@ class _Kept:
     neutral: list[dict[str, Any]]  # the conversion's messages (never changed)
     received: list[Any]  # `as_received(neutral)`
     received_json: bytes | None  # that list as orjson writes it
+    written: Written | None  # the same, with the prefix hash made of it (`end_hash`)
 
 
 class NeutralReuse:
@@ -78,18 +79,35 @@ class NeutralReuse:
             kept = None  # its messages are not all this request's: nothing to go on from
             received = wire.as_received(neutral)
         received_json = _received_json(received, kept)
+        written_out = None
+        if received_json is not None:
+            written_out = Written("", received, received_json, _resume(kept))
         if written is not None and len(written.history_json) <= MAX_HISTORY_BYTES:
             self._kept[session] = _Kept(
-                written.history_json, system, converted, neutral, received, received_json
+                written.history_json,
+                system,
+                converted,
+                neutral,
+                received,
+                received_json,
+                written_out,
             )
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)
-        if received_json is None:
-            return list(neutral), None
-        return list(neutral), Written("", received, received_json)
+        return list(neutral), written_out
 
     def clear(self) -> None:
         self._kept.clear()
+
+
+def _resume(kept: _Kept | None) -> tuple[int, int, Any] | None:
+    """Where the prefix hash of the kept conversion's received list goes on from: its items
+    begin this request's list (`_received_json` writes on from their bytes)."""
+    done = kept.received_json if kept is not None else None
+    last = kept.written.end_hash if kept is not None and kept.written is not None else None
+    if kept is None or done is None or last is None or len(done) <= 2:
+        return None
+    return len(kept.received), len(done) - 1, last
 
 
 def _keeps(neutral: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> bool:

@@ -30,6 +30,7 @@ from proxy.history import (
     tool_results,
     validate,
 )
+from proxy.json_limits import Written
 from proxy.session_state import (
     CHAIN_SCHEME,
     HiddenExtract,
@@ -241,18 +242,25 @@ def _reconcile(
 def rebuild(
     messages: Any,
     state: SessionState | None,
-    written: bytes | None = None,
+    written: bytes | Written | None = None,
     received: list[Any] | None = None,
 ) -> Rebuild:
     """Rebuild the Conversation the upstream should see for this request.
 
     The prefix hash reads `received` (one entry per message: what the wire adapter says
     determines it, see `Wire.as_received`) or else the messages; `written` is that list as
-    orjson wrote it already, if it did."""
+    orjson wrote it already, if it did, as bytes or as a `Written` that carries the hash on
+    from the session's last request."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
     hashed = messages if received is None else received
-    raw_prefix, raw_hash = raw_digests(hashed, state.prefix_len if state else 0, written)
+    n = state.prefix_len if state else 0
+    if isinstance(written, Written):
+        raw_prefix, raw_hash = raw_digests(
+            hashed, n, written.history_json, resume=written.resume, keep=written.keep_hash
+        )
+    else:
+        raw_prefix, raw_hash = raw_digests(hashed, n, written)
     trusted = None
     if (
         state is not None

@@ -83,7 +83,7 @@ class Turn:
         received, written = self.hashed()
         return rebuild(self.history, state, written, received)
 
-    def hashed(self) -> tuple[list[Any] | None, bytes | None]:
+    def hashed(self) -> tuple[list[Any] | None, Written | None]:
         """What the prefix hash reads for the history (`Wire.as_received`), and that list as
         orjson wrote it already, if it did: what the wire's conversion wrote of it
         (`received_written`), or the body's own history."""
@@ -91,11 +91,11 @@ class Turn:
         if not isinstance(history, list):
             return None, None
         if self.received_written is not None and history is self.messages:
-            return self.received_written.history, self.received_written.history_json
+            return self.received_written.history, self.received_written
         received = self.wire.as_received(history)
         written = self.written
         if written is not None and written.holds(received):
-            return received, written.history_json
+            return received, written
         return received, None
 
     @property

@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.fingerprint import PrefixChain, canonical, raw_digests
 
@@ -139,3 +141,27 @@ def test_raw_digests_cut_the_prefix_from_the_whole_list_written_once() -> None:
     # bytes that are not this list's are not trusted: the prefix is written again
     other = orjson.dumps([*messages[:2], {"role": "user", "content": "x"}, messages[3]])
     assert raw_digests(messages, 2, other[:-20] + whole[-20:]) == raw_digests(messages, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.sampled_from("abc"), st.text(max_size=5)), max_size=6),
+    st.lists(st.dictionaries(st.sampled_from("abc"), st.text(max_size=5)), max_size=4),
+    st.integers(-1, 12),
+)
+def test_raw_digests_go_on_from_the_last_requests_hash(
+    last: list[dict[str, Any]], added: list[dict[str, Any]], n: int
+) -> None:
+    """A request whose history starts with the last one's hashes only what it adds, to the
+    same digests, and keeps the hash of all its items for the next."""
+    kept: list[Any] = []
+    before = orjson.dumps(last)
+    raw_digests(last, len(last), before, keep=kept.append)
+    assert kept[0].hexdigest() == sha256(before[:-1]).hexdigest()
+    now = [*last, *added]
+    whole = orjson.dumps(now)
+    resume = (len(last), len(before) - 1, kept[0])
+    later: list[Any] = []
+    assert raw_digests(now, n, whole, resume=resume, keep=later.append) == raw_digests(now, n)
+    assert later[0].hexdigest() == sha256(whole[:-1]).hexdigest()
+    assert kept[0].hexdigest() == sha256(before[:-1]).hexdigest()  # never read on in place
