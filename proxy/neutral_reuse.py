@@ -9,9 +9,10 @@ its conversion; a request whose history starts with those same bytes (under the 
 which gives what converting them all gives. Anything else converts in full. What the prefix
 hash reads of the neutral messages (`Wire.as_received`) goes on the same way, as a list and
 as bytes: the last request's, then only the new messages' (`proxy.fingerprint.raw_digests`
-cuts its prefix from those bytes instead of writing the list again). The kept conversions
-are never changed (a request copies the list; the pipeline edits no neutral message in
-place), bounded by sessions and by history size. Pure: no I/O.
+cuts its prefix from those bytes instead of writing the list again), and so does that hash:
+it goes on from the last request's over the new bytes only (`Written.resume`). The kept
+conversions are never changed (a request copies the list; the pipeline edits no neutral
+message in place), bounded by sessions and by history size. Pure: no I/O.
 """
 
 from __future__ import annotations
