@@ -4,10 +4,11 @@ An agent resends its whole history every turn and adds a few items at the end. P
 50 KB body takes 0.1-0.2 ms (one Python object per JSON value, then freeing the last
 request's), the blocker check writes it again (`proxy.json_limits`), and the cost grows with
 the session: 3-5 ms a request at 800 KB. `BodyReuse` keeps, per session, the last request's
-raw bytes, its parsed history items and where each item ends in those bytes. A request whose
-bytes start with the same first items reuses their objects and parses only the rest; one
-whose bytes also end as the last one's did (the fields after the history: tools, stream, ...)
-reuses those fields too.
+raw bytes, its parsed history items and where each item ends in those bytes (and those of
+the session's few histories before: an agent's side calls and subagents send theirs under
+its id). A request whose bytes start with the same first items as one of them reuses their
+objects and parses only the rest; one whose bytes also end as that one's did (the fields
+after the history: tools, stream, ...) reuses those fields too.
 
 What it gives is what parsing the whole body gives, and what `compaction_blocker` says of it:
 
@@ -48,7 +49,8 @@ log = logging.getLogger("proxy.body_reuse")
 
 MAX_SESSIONS = 64
 MAX_BYTES = 16 * 2**20  # raw bytes kept, all sessions together
-MAX_SESSION_BYTES = 4 * 2**20
+MAX_SESSION_BYTES = 4 * 2**20  # a history larger is not kept
+LANES = 4  # histories kept per session
 
 _COMMA, _CLOSE = ord(","), ord("]")
 _MARK = history_mark()
@@ -81,7 +83,9 @@ class BodyReuse:
     def __init__(self, *, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_BYTES) -> None:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
-        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        # Per session, its last histories, newest first: an agent's side calls and subagents
+        # send theirs under the session's id, between the main conversation's turns.
+        self._kept: OrderedDict[str, list[_Kept]] = OrderedDict()
         self._bytes = 0
         self.parsed = 0  # requests of a session
         self.reused = 0  # of those, the ones that parsed only what they added
@@ -98,46 +102,48 @@ class BodyReuse:
         `parse(raw)` and `compaction_blocker(raw, body, field)` give them. `accept` is what
         `parse` checks of a parsed object; both raise what the API would refuse."""
         self.parsed += 1
-        kept = self._drop(session)
-        if kept is not None and kept.field == field:
-            try:
-                step = _go_on(kept, raw)
-            except Exception:  # a fault here costs the request a whole parse, nothing more
-                log.exception("parsing on from the last request failed, parsing it whole")
-                step = None
-            if step is not None:
-                body, blocked, written, after = step
-                accept(body)
-                self.reused += 1
-                if after is not None:
-                    self._keep(session, after)
-                return body, blocked, written
-        body = parse(raw)
+        lanes = self._take(session)
+        try:
+            step = _go_on_best([kept for kept in lanes if kept.field == field], raw)
+        except Exception:  # a fault here costs the request a whole parse, nothing more
+            log.exception("parsing on from the last request failed, parsing it whole")
+            step = None
+        if step is not None:
+            body, blocked, written, used, after = step
+            lanes.remove(used)
+            self._put(session, [after, *lanes] if after is not None else lanes)
+            accept(body)
+            self.reused += 1
+            return body, blocked, written
+        try:
+            body = parse(raw)
+        finally:
+            self._put(session, lanes)
         blocked, written = compaction_blocker(raw, body, field)
         if blocked is None and written is not None:
             fresh = _first(raw, body, field, written)
             if fresh is not None:
-                self._keep(session, fresh)
+                self._put(session, [fresh, *self._take(session)])
         return body, blocked, written
 
     def clear(self) -> None:
         self._kept.clear()
         self._bytes = 0
 
-    def _drop(self, session: str) -> _Kept | None:
-        kept = self._kept.pop(session, None)
-        if kept is not None:
-            self._bytes -= len(kept.raw)
-        return kept
+    def _take(self, session: str) -> list[_Kept]:
+        lanes = self._kept.pop(session, [])
+        self._bytes -= sum(len(kept.raw) for kept in lanes)
+        return lanes
 
-    def _keep(self, session: str, kept: _Kept) -> None:
-        if len(kept.raw) > MAX_SESSION_BYTES:
+    def _put(self, session: str, lanes: list[_Kept]) -> None:
+        lanes = [kept for kept in lanes if len(kept.raw) <= MAX_SESSION_BYTES][:LANES]
+        if not lanes:
             return
-        self._kept[session] = kept
-        self._bytes += len(kept.raw)
+        self._kept[session] = lanes
+        self._bytes += sum(len(kept.raw) for kept in lanes)
         while len(self._kept) > self.max_sessions or self._bytes > self.max_bytes:
             _, old = self._kept.popitem(last=False)
-            self._bytes -= len(old.raw)
+            self._bytes -= sum(len(kept.raw) for kept in old)
 
 
 def _first(raw: bytes, body: JSON, field: str, written: Written) -> _Kept | None:
@@ -178,12 +184,30 @@ def _ends(start: int, sizes: list[int]) -> list[int]:
     return ends
 
 
-def _go_on(kept: _Kept, raw: bytes) -> tuple[JSON, str | None, Written | None, _Kept | None] | None:
-    """The body of `raw` parsed on from `kept`, its blocker verdict, as written, and what
-    the next request may go on from; None when `raw` does not go on from it."""
-    count = _same_items(kept, raw)
-    if count == 0:
+def _go_on_best(
+    lanes: list[_Kept], raw: bytes
+) -> tuple[JSON, str | None, Written | None, _Kept, _Kept | None] | None:
+    """`_go_on` from the kept history that `raw` shares the most items with, and that one."""
+    best, count = None, 0
+    for kept in lanes:
+        same = _same_items(kept, raw)
+        if same > count:
+            best, count = kept, same
+    if best is None:
         return None
+    step = _go_on(best, raw, count)
+    if step is None:
+        return None
+    body, blocked, written, after = step
+    return body, blocked, written, best, after
+
+
+def _go_on(
+    kept: _Kept, raw: bytes, count: int
+) -> tuple[JSON, str | None, Written | None, _Kept | None] | None:
+    """The body of `raw` parsed on from the first `count` items of `kept`, its blocker
+    verdict, as written, and what the next request may go on from; None when `raw` does not
+    go on from them."""
     cut = kept.ends[count - 1]  # `raw[cut]` is the `,` or `]` after the last item reused
     tail_bytes = kept.tail_bytes
     close = len(raw) - len(tail_bytes) - 1

@@ -262,6 +262,20 @@ def test_bytes_that_only_look_like_more_items(later: bytes) -> None:
     assert on(reuse, "chat", later) == whole("chat", later)
 
 
+def test_a_subagent_under_the_same_session_id_keeps_the_main_history() -> None:
+    """Claude Code's subagents and side calls send their own histories under the session's
+    id, between the main conversation's turns: each goes on from its own last request."""
+    reuse = BodyReuse()
+    main, sub = chat(20), chat(6, model="small")
+    sub["messages"][0] = {"role": "system", "content": "You are a subagent."}
+    for turn in range(4):
+        for body in (main, sub):
+            grown = {**body, "messages": [*body["messages"], *chat(2 * turn)["messages"]]}
+            raw = orjson.dumps(grown)
+            assert on(reuse, "chat", raw) == whole("chat", raw)
+    assert reuse.parsed == 8 and reuse.reused == 6  # all but each history's first
+
+
 def test_bounded_by_sessions_and_bytes() -> None:
     reuse, wire = BodyReuse(max_sessions=3, max_bytes=10_000), WIRES["chat"]
     for i in range(5):
