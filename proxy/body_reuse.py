@@ -115,15 +115,14 @@ class BodyReuse:
             accept(body)
             self.reused += 1
             return body, blocked, written
+        fresh = None
         try:
             body = parse(raw)
+            blocked, written = compaction_blocker(raw, body, field)
+            if blocked is None and written is not None:
+                fresh = _first(raw, body, field, written)
         finally:
-            self._put(session, lanes)
-        blocked, written = compaction_blocker(raw, body, field)
-        if blocked is None and written is not None:
-            fresh = _first(raw, body, field, written)
-            if fresh is not None:
-                self._put(session, [fresh, *self._take(session)])
+            self._put(session, lanes if fresh is None else [fresh, *lanes])
         return body, blocked, written
 
     def clear(self) -> None:

@@ -47,8 +47,13 @@ class _Kept:
     converted: Any
     neutral: list[dict[str, Any]]  # the conversion's messages (never changed)
     received: list[Any]  # `as_received(neutral)`
-    received_json: bytes | None  # that list as orjson writes it
-    written: Written | None  # the same, with the prefix hash made of it (`end_hash`)
+    # That list as orjson writes it, with the prefix hash made of it (`end_hash`); None if
+    # orjson cannot write it.
+    written: Written | None
+
+    @property
+    def received_json(self) -> bytes | None:
+        return self.written.history_json if self.written is not None else None
 
 
 class NeutralReuse:
@@ -85,13 +90,7 @@ class NeutralReuse:
             written_out = Written("", received, received_json, _resume(kept))
         if written is not None and len(written.history_json) <= MAX_HISTORY_BYTES:
             self._kept[session] = _Kept(
-                written.history_json,
-                system,
-                converted,
-                neutral,
-                received,
-                received_json,
-                written_out,
+                written.history_json, system, converted, neutral, received, written_out
             )
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)
@@ -104,11 +103,11 @@ class NeutralReuse:
 def _resume(kept: _Kept | None) -> tuple[int, int, Any] | None:
     """Where the prefix hash of the kept conversion's received list goes on from: its items
     begin this request's list (`_received_json` writes on from their bytes)."""
-    done = kept.received_json if kept is not None else None
-    last = kept.written.end_hash if kept is not None and kept.written is not None else None
-    if kept is None or done is None or last is None or len(done) <= 2:
+    written = kept.written if kept is not None else None
+    if kept is None or written is None or written.end_hash is None:
         return None
-    return len(kept.received), len(done) - 1, last
+    done = written.history_json
+    return (len(kept.received), len(done) - 1, written.end_hash) if len(done) > 2 else None
 
 
 def _keeps(neutral: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> bool:
