@@ -34,6 +34,7 @@ from proxy.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.logging import RequestLogMiddleware
 from proxy.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.neutral_reuse import NeutralReuse
+from proxy.origin import OriginGuardMiddleware
 from proxy.routes.admin_web import admin_web_routes
 from proxy.routes.forward import anthropic_forward_endpoint, forward, forward_endpoint
 from proxy.routes.messages import messages
@@ -185,18 +186,21 @@ def create_app(
     }
     metrics = Metrics()
     drain = Drain()
+    middleware = [
+        Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
+        Middleware(MetricsMiddleware, metrics=metrics),
+        Middleware(DrainMiddleware, drain=drain),
+        Middleware(
+            GuardMiddleware,
+            body_timeout=settings.body_timeout,
+            send_timeout=settings.send_timeout,
+        ),
+    ]
+    if settings.upstream_api_key is not None:  # the proxy spends a key of its own
+        middleware.append(Middleware(OriginGuardMiddleware, allowed_hosts=settings.allowed_hosts))
     app = Starlette(
         routes=routes,
-        middleware=[
-            Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
-            Middleware(MetricsMiddleware, metrics=metrics),
-            Middleware(DrainMiddleware, drain=drain),
-            Middleware(
-                GuardMiddleware,
-                body_timeout=settings.body_timeout,
-                send_timeout=settings.send_timeout,
-            ),
-        ],
+        middleware=middleware,
         exception_handlers=handlers,
         lifespan=lifespan,
     )

@@ -45,6 +45,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="Anthropic API base URL for /v1/messages (as ANTHROPIC_BASE_URL)",
     )
     add("--host", dest="host", help="bind address (default 127.0.0.1)")
+    add(
+        "--allowed-host",
+        dest="allowed_hosts",
+        metavar="NAME",
+        action="append",
+        help="with --upstream-api-key: a Host name served besides loopback ones (repeatable)",
+    )
     add("--port", dest="port", help="bind port (default 8484)")
     add("--token-threshold", dest="token_threshold", metavar="N", help="compact above N tokens")
     add(

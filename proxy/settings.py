@@ -9,7 +9,6 @@ environment variable it came from.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import os
 import re
@@ -21,6 +20,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from proxy.hosts import normalise_names
+from proxy.setting_values import clean_secret, is_loopback
 
 MiB = 1024 * 1024
 DAY = 24 * 60 * 60
@@ -67,6 +69,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_body_bytes", "server.max_body_bytes", "XUN_MAX_BODY_BYTES", "--max-body-bytes"),
     Option("body_timeout", "server.body_timeout", "XUN_BODY_TIMEOUT"),
     Option("send_timeout", "server.send_timeout", "XUN_SEND_TIMEOUT"),
+    Option("allowed_hosts", "server.allowed_hosts", "XUN_ALLOWED_HOSTS", "--allowed-host"),
     Option("store_url", "store.url", "XUN_STORE", "--store"),
     Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
     Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
@@ -120,16 +123,6 @@ def default_store_url(env: Mapping[str, str] | None = None) -> str:
     return f"sqlite:///{base / 'xun-proxy' / 'sessions.db'}"
 
 
-def is_loopback(host: str) -> bool:
-    """True when a bind address only accepts connections from this machine."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
@@ -166,6 +159,8 @@ class Settings(BaseSettings):
     # part of a response (then the proxy stops serving it and frees its upstream connection).
     body_timeout: float = Field(default=60.0, gt=0)
     send_timeout: float = Field(default=60.0, gt=0)
+    # Host names besides loopback ones that may spend the operator's key (see proxy.origin).
+    allowed_hosts: tuple[str, ...] = ()
 
     store_url: str = Field(default_factory=default_store_url)
     session_ttl_seconds: int = Field(default=7 * DAY, gt=0)
@@ -260,15 +255,19 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("admin_key")
+    @field_validator("upstream_api_key", "anthropic_api_key", "admin_key")
     @classmethod
-    def _check_admin_key(cls, value: SecretStr | None) -> SecretStr | None:
-        # An empty key would let `Authorization: Bearer` with nothing after it in.
-        if value is not None and not value.get_secret_value().strip():
-            raise ValueError(
-                "must not be empty; leave it unset to serve the admin API on a loopback bind "
-                "only, or set a key"
-            )
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # Stripped: a key file or a Kubernetes secret ends in a newline the key never has.
+        return None if value is None else SecretStr(clean_secret(value.get_secret_value()))
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _check_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]  # a comma list, from the environment
+        if isinstance(value, list | tuple) and all(isinstance(n, str) for n in value):
+            return normalise_names(p for n in value for p in n.split(",") if p.strip())
         return value
 
     @field_validator("log_level", mode="before")

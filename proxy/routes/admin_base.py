@@ -3,8 +3,9 @@
 Auth: `Authorization: Bearer <admin key>` when a key is configured; without one, the admin
 API answers only when the proxy binds to a loopback address (anyone who can reach a wider
 bind could otherwise read every session), and only to requests for a loopback `Host`
-(`localhost`, `127.0.0.1`, `[::1]`, any port): a web page that rebinds its own DNS name to
-127.0.0.1 still sends its own name. Bodies must be `application/json`, which a web page
+(`localhost`, `127.x.y.z`, `[::1]`, any port; parsed exactly by `proxy.hosts`) or one of
+`server.allowed_hosts`: a web page that rebinds its own DNS name to 127.0.0.1 still sends
+its own name. Bodies must be `application/json`, which a web page
 cannot send to another origin without the CORS preflight the proxy never grants.
 """
 
@@ -19,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.requests import Request
 
 from proxy.errors import InvalidRequest, NotFound, ProxyError, ServiceUnavailable, Unauthorized
+from proxy.hosts import allowed_host
 from proxy.session import Rebuild, UnrecognisedHistory, rebuild
 from proxy.session_state import SessionState
-from proxy.settings import Settings, is_loopback
+from proxy.settings import Settings
 from proxy.store import SessionKey, Store, StoredSession, StoreError
 
 log = logging.getLogger("proxy.admin")
@@ -58,10 +60,11 @@ def authorize(request: Request) -> None:
                 "a loopback address, and no admin key is set. Start it with --admin-key "
                 "(XUN_ADMIN_KEY) to enable /admin."
             )
-        if not is_loopback(host_name(request.headers.get("host", ""))):
+        if not allowed_host(request.headers.get("host", ""), settings.allowed_hosts):
             raise Forbidden(
                 "Without an admin key the admin API answers only requests for localhost, "
-                "127.0.0.1 or [::1]; set --admin-key (XUN_ADMIN_KEY) to use another host name.",
+                "127.0.0.1, [::1] or a name given with --allowed-host; set --admin-key "
+                "(XUN_ADMIN_KEY) to use another host name.",
                 code="admin_host_refused",
             )
         return
@@ -79,14 +82,6 @@ def admin_enabled(request: Request) -> None:
     settings: Settings = request.app.state.settings
     if settings.admin_key is None:
         authorize(request)  # the bind and the Host rules of a key-less admin
-
-
-def host_name(host: str) -> str:
-    """The name in a `Host` header value, without its port (`[::1]:80` -> `[::1]`)."""
-    if host.startswith("["):
-        return host.partition("]")[0] + "]"
-    name, _, port = host.rpartition(":")
-    return name if name and port.isdigit() else host
 
 
 # -- request bodies and queries ------------------------------------------------------------
