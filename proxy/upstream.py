@@ -29,6 +29,7 @@ from proxy.errors import (
     UpstreamUnreachable,
 )
 from proxy.pool import FRESH, OriginPool
+from proxy.providers import Provider, foreign_credentials
 from proxy.settings import Settings
 
 HOP_BY_HOP = frozenset(
@@ -146,6 +147,7 @@ class Upstream:
     ) -> None:
         """The OpenAI-side upstream by default; `base_url` names another one (Anthropic's),
         which gets `api_key` (None: the client's own credentials pass through)."""
+        self.provider: Provider = "openai" if base_url is None else "anthropic"
         if base_url is None:
             base_url, api_key = settings.upstream_base_url, settings.upstream_api_key_value
         self.base_url = httpx.URL(base_url)
@@ -202,9 +204,11 @@ class Upstream:
         return target, url.netloc
 
     def forward_headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
-        """The request headers to send upstream, lower-cased, end-to-end ones only."""
+        """The request headers to send upstream, lower-cased, end-to-end ones only; never
+        another provider's credentials (`proxy.providers`)."""
         items = list(incoming.items())
-        drop = _REQUEST_DROP | _connection_tokens(items)
+        names = {name.lower() for name, _ in items}
+        drop = _REQUEST_DROP | _connection_tokens(items) | foreign_credentials(self.provider, names)
         headers: dict[str, str] = {}
         for name, value in items:
             lowered = name.lower()

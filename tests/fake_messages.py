@@ -56,6 +56,8 @@ MIN_CACHEABLE_TOKENS = 1024  # Anthropic caches no prefix shorter than this (Son
 CACHE_LOOKBACK = 20  # blocks a breakpoint looks back for an earlier cached prefix
 MESSAGE_OVERHEAD = 4  # tokens per message, for its role and separators
 SYSTEM_ROLE_BETA = "mid-conversation-system"
+ANTHROPIC_MODELS = ("claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001")
+CREATED_AT = "2025-09-29T00:00:00Z"
 TurnPolicy = Callable[[dict[str, Any]], "Turn"]
 
 
@@ -306,6 +308,7 @@ class FakeMessages(FakeUpstream):
             Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
             # Claude Code probes its base URL with `HEAD /` before the first request.
             Route("/", self._root, methods=["GET", "HEAD"]),
+            Route("/v1/models", self._anthropic_models, methods=["GET"]),
             *super()._routes(),
         ]
 
@@ -334,6 +337,19 @@ class FakeMessages(FakeUpstream):
         }
         headers.update(turn.headers if turn else {})
         return headers
+
+    async def _anthropic_models(self, request: Request) -> Response:
+        """Anthropic's `GET /v1/models` to a request in its API (`anthropic-version`); the
+        OpenAI fake's list to others (this server stands for both in some tests)."""
+        if "anthropic-version" not in request.headers:
+            return await self._models(request)
+        record = await self._record(request)
+        data = [
+            {"type": "model", "id": name, "display_name": name, "created_at": CREATED_AT}
+            for name in ANTHROPIC_MODELS
+        ]
+        page = {"data": data, "has_more": False, "first_id": data[0]["id"]}
+        return self._anthropic_json(record, 200, page | {"last_id": data[-1]["id"]})
 
     async def _root(self, request: Request) -> Response:
         record = await self._record(request)

@@ -27,6 +27,7 @@ from proxy.errors import (
     ProxyError,
     error_payload,
 )
+from proxy.providers import is_anthropic
 from proxy.routes.disconnect import ClientGone
 from proxy.settings import Settings
 from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
@@ -119,17 +120,25 @@ def relay(response: UpstreamResponse, timing: dict[str, Any] | None = None) -> R
     return relayed
 
 
+def upstream_for(request: Request) -> Upstream:
+    """The Anthropic upstream for a request with Anthropic's headers, else the OpenAI-side
+    one (`proxy.providers`)."""
+    state = request.app.state
+    chosen: Upstream = state.anthropic_upstream if is_anthropic(request.headers) else state.upstream
+    return chosen
+
+
 async def forward(
     request: Request, *, body: bytes | None = None, upstream: Upstream | None = None
 ) -> Response:
-    """Pass `request` through to the same path upstream (`upstream`: another than the
-    OpenAI-side one, e.g. Anthropic's).
+    """Pass `request` through to the same path upstream (`upstream`: a given one, else
+    `upstream_for` the request's headers).
 
     `body` is given when the caller has already read the request body; otherwise it is read
     here, whole, before the upstream connection is taken.
     """
     settings: Settings = request.app.state.settings
-    upstream = upstream or request.app.state.upstream
+    upstream = upstream or upstream_for(request)
     headers = upstream.forward_headers(request.headers)
     if body is None and _has_body(request):
         body = await read_body(request, settings.max_body_bytes)

@@ -20,7 +20,7 @@ from proxy.json_limits import Written, compaction_blocker
 from proxy.neutral_reuse import Converting, NeutralReuse
 from proxy.pipeline import Pipeline
 from proxy.routes.disconnect import unless_client_leaves
-from proxy.routes.forward import forward, read_body
+from proxy.routes.forward import forward, read_body, upstream_for
 from proxy.session import UnrecognisedHistory
 from proxy.upstream import Upstream
 from proxy.wire.base import JSON, Unsupported, Wire
@@ -74,6 +74,7 @@ def _parsed(
 
 async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Response:
     settings = request.app.state.settings
+    upstream = upstream or upstream_for(request)  # Anthropic's headers: Anthropic's upstream
     raw = await read_body(request, int(settings.max_body_bytes))
     session_id = session_id_of(request, list(settings.session_headers))
     if session_id is None:
