@@ -30,7 +30,12 @@ from proxy.guard import refusal
 from proxy.hosts import allowed_host, allowed_origin
 
 API_PREFIX = "/v1"
-MODEL_ROUTES = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+# The model routes, and the wire each one's requests are logged and counted under.
+MODEL_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+}
 
 
 class Forbidden(InvalidRequest):
@@ -88,6 +93,9 @@ class OriginGuardMiddleware:
         if scope["type"] == "http":
             refused = origin_refusal(scope, self.allowed)
             if refused is not None:
+                fields = scope.get("state", {}).get("log_fields")
+                if isinstance(fields, dict) and scope["path"] in MODEL_ROUTES:
+                    fields["wire"] = MODEL_ROUTES[scope["path"]]  # counted under its wire
                 await refusal(scope, refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -166,7 +166,8 @@ def test_the_json_log_line_names_the_wire() -> None:
             run_responses(proxy, files=2)
             run_messages(proxy, files=2)
             # A refused body and a request without a session are counted under their wire too.
-            httpx.post(proxy.url + "/v1/responses", content=b"{", headers={"session-id": "x"})
+            bad = {"session-id": "x", "content-type": "application/json"}
+            httpx.post(proxy.url + "/v1/responses", content=b"{", headers=bad)
             body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
             httpx.post(proxy.url + "/v1/messages", json=body)
     finally:

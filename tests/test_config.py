@@ -48,6 +48,10 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "max_body_bytes": (1001, "1002", 1003, 1001, 1002, 1003),
     "body_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "send_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
+    "allowed_hosts": (
+        ["f.example"], "e.example, E2.example", ["g.example"],
+        ("f.example",), ("e.example", "e2.example"), ("g.example",),
+    ),
     "store_url": (
         "memory://", "sqlite:///e.db", "redis://r/0", "memory://", "sqlite:///e.db", "redis://r/0"
     ),
