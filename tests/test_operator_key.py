@@ -10,6 +10,7 @@ checks and the key-less admin API alike. Real uvicorn, the official SDKs, the fa
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,6 +168,10 @@ def test_a_cross_site_text_plain_post_gets_a_415(
     assert messages.json()["type"] == "error"  # Anthropic's shape
     assert messages.json()["error"]["type"] == "invalid_request_error"
     assert fake_upstream.requests == [] and fake_messages.requests == []
+    # Refused requests are counted under their route's wire.
+    metrics = httpx.get(proxy.url + "/metrics").text
+    for wire in ("chat", "responses", "messages"):
+        assert re.search(rf'xun_requests_total{{[^}}]*status="415"[^}}]*wire="{wire}"', metrics)
     # JSON with a charset is JSON.
     typed = {"Content-Type": "Application/JSON; charset=utf-8"}
     assert httpx.post(proxy.base_url + "/chat/completions", content=data, headers=typed).is_success
