@@ -104,10 +104,14 @@ def data_events(content: bytes) -> list[Any]:
 # -- 1. tenants and hidden extract calls --------------------------------------------------
 
 
-def test_every_credential_header_is_its_own_tenant(make_proxy: MakeProxy) -> None:
+def test_every_credential_header_is_its_own_tenant(
+    make_proxy: MakeProxy, fake_upstream: FakeUpstream
+) -> None:
     """Before: x-api-key and api-key requests, keyed or not, all shared the tenant
     "anonymous", so two keys with one session id shared one session."""
-    proxy = make_proxy()
+    # x-api-key requests are Anthropic's and go to its upstream (issue 26, item 2): here the
+    # same fake, which answers Chat Completions as Anthropic's OpenAI compatibility does.
+    proxy = make_proxy(anthropic_base_url=fake_upstream.base_url)
 
     def session_of(headers: dict[str, str]) -> str:
         headers = {"x-session-id": "shared", **headers}
