@@ -22,6 +22,7 @@ pure; `OriginGuardMiddleware` is the ASGI glue, installed only when the proxy ho
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -48,31 +49,42 @@ class UnsupportedMediaType(InvalidRequest):
     default_code = "unsupported_media_type"
 
 
-def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> list[str]:
-    return [value.decode("latin-1") for key, value in headers if key == name]
+# A client sends the same Host (and Origin) on every request: judge each value once.
+_host_ok = lru_cache(maxsize=256)(allowed_host)
+_origin_ok = lru_cache(maxsize=256)(allowed_origin)
+_WATCHED = frozenset({b"host", b"origin", b"content-type"})
 
 
-def origin_refusal(scope: Scope, allowed: Sequence[str]) -> ProxyError | None:
+def _watched(headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, list[str]]:
+    """The Host, Origin and Content-Type values, in one pass over the header list."""
+    found: dict[bytes, list[str]] = {b"host": [], b"origin": [], b"content-type": []}
+    for key, value in headers:
+        if key in _WATCHED:
+            found[key].append(value.decode("latin-1"))
+    return found
+
+
+def origin_refusal(scope: Scope, allowed: tuple[str, ...]) -> ProxyError | None:
     """Why this request may not spend the operator's key, or None (see the module doc)."""
     path: str = scope["path"]
     if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
         return None
-    headers: list[tuple[bytes, bytes]] = scope["headers"]
-    hosts = _header(headers, b"host")
-    if len(hosts) != 1 or not allowed_host(hosts[0], allowed):
+    found = _watched(scope["headers"])
+    hosts = found[b"host"]
+    if len(hosts) != 1 or not _host_ok(hosts[0], allowed):
         return Forbidden(
             "This proxy adds its own upstream key, so it serves only requests for localhost, "
             "127.0.0.1, [::1] or a name given with --allowed-host (XUN_ALLOWED_HOSTS).",
             code="host_not_allowed",
         )
-    if not all(allowed_origin(origin, allowed) for origin in _header(headers, b"origin")):
+    if not all(_origin_ok(origin, allowed) for origin in found[b"origin"]):
         return Forbidden(
             "This proxy adds its own upstream key, so it refuses requests from web pages of "
             "other origins; an allowed origin's host is loopback or given with --allowed-host.",
             code="origin_not_allowed",
         )
     if scope["method"] == "POST" and path in MODEL_ROUTES:
-        types = _header(headers, b"content-type")
+        types = found[b"content-type"]
         media = types[0].partition(";")[0].strip().lower() if len(types) == 1 else ""
         if media != "application/json":
             return UnsupportedMediaType(

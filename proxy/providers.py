@@ -12,11 +12,12 @@ Pure: header names in, decisions out.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from typing import Literal
 
 Provider = Literal["openai", "anthropic"]
 ANTHROPIC_HEADERS = ("x-api-key", "anthropic-version", "anthropic-beta")
+_MARKERS = frozenset(name.encode("ascii") for name in ANTHROPIC_HEADERS)
 _NOT_OPENAI = frozenset({"x-api-key"})
 _NOT_ANTHROPIC = frozenset({"api-key"})
 _NOT_ANTHROPIC_UNMARKED = _NOT_ANTHROPIC | {"authorization"}
@@ -28,6 +29,11 @@ def is_anthropic(headers: Container[str]) -> bool:
     return any(name in headers for name in ANTHROPIC_HEADERS)
 
 
+def is_anthropic_raw(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """`is_anthropic` of an ASGI scope's header list (lower-case names), in one pass."""
+    return any(name in _MARKERS for name, _ in headers)
+
+
 def foreign_credentials(provider: Provider, headers: Container[str]) -> frozenset[str]:
     """The credential headers of this request that must not go to `provider`."""
     if provider == "openai":
@@ -35,4 +41,10 @@ def foreign_credentials(provider: Provider, headers: Container[str]) -> frozense
     return _NOT_ANTHROPIC if is_anthropic(headers) else _NOT_ANTHROPIC_UNMARKED
 
 
-__all__ = ["ANTHROPIC_HEADERS", "Provider", "foreign_credentials", "is_anthropic"]
+__all__ = [
+    "ANTHROPIC_HEADERS",
+    "Provider",
+    "foreign_credentials",
+    "is_anthropic",
+    "is_anthropic_raw",
+]

@@ -207,14 +207,15 @@ class Upstream:
         """The request headers to send upstream, lower-cased, end-to-end ones only; never
         another provider's credentials (`proxy.providers`)."""
         items = list(incoming.items())
-        names = {name.lower() for name, _ in items}
-        drop = _REQUEST_DROP | _connection_tokens(items) | foreign_credentials(self.provider, names)
+        drop = _REQUEST_DROP | _connection_tokens(items)
         headers: dict[str, str] = {}
         for name, value in items:
             lowered = name.lower()
             if lowered in drop or lowered.startswith(("proxy-", "x-xun-")):
                 continue
             headers[lowered] = value
+        for name in foreign_credentials(self.provider, headers):
+            headers.pop(name, None)
         # Responses stay uncompressed end to end, so the proxy can read what it must.
         headers["accept-encoding"] = "identity"
         if self._api_key is not None:

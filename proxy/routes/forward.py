@@ -27,7 +27,7 @@ from proxy.errors import (
     ProxyError,
     error_payload,
 )
-from proxy.providers import is_anthropic
+from proxy.providers import is_anthropic_raw
 from proxy.routes.disconnect import ClientGone
 from proxy.settings import Settings
 from proxy.upstream import Upstream, UpstreamResponse, read_response, timed_chunks
@@ -124,7 +124,8 @@ def upstream_for(request: Request) -> Upstream:
     """The Anthropic upstream for a request with Anthropic's headers, else the OpenAI-side
     one (`proxy.providers`)."""
     state = request.app.state
-    chosen: Upstream = state.anthropic_upstream if is_anthropic(request.headers) else state.upstream
+    anthropic = is_anthropic_raw(request.scope["headers"])
+    chosen: Upstream = state.anthropic_upstream if anthropic else state.upstream
     return chosen
 
 
