@@ -31,6 +31,7 @@ from proxy.session import add_hidden, record_turn
 from proxy.store.base import SessionKey
 from proxy.streaming import relay_stream
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.thinking_binding import Binder
 from proxy.trail import counts as trail_counts
 from proxy.turn import Turn, tenant_of
 from proxy.upstream import Upstream, UpstreamResponse, read_response
@@ -84,6 +85,7 @@ class Pipeline:
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
         self.log_fields["wire"] = wire.name
+        self.binder = Binder(wire, self.turn, self.log_fields)
 
     # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
@@ -106,10 +108,9 @@ class Pipeline:
     async def post_summary(self, chat_body: JSON) -> JSON:
         """A summary request, made in the session's own API."""
         started = time.perf_counter()
+        summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
-            status, data, _ = await self.upstream.post_json(
-                self.wire.path, self.wire.summary_body(self.client_body, chat_body), self.headers
-            )
+            status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
         if status == 200 and isinstance(data, dict):
@@ -232,6 +233,7 @@ class Pipeline:
 
     # -- upstream calls -----------------------------------------------------------------
     async def open(self, body: JSON) -> UpstreamResponse:
+        body = self.binder.bind(body)
         started = time.perf_counter()
         try:
             resp = await self.upstream.send(
@@ -330,9 +332,11 @@ class Pipeline:
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
     def note_first(self, rnd: Round) -> None:
-        """Keep the first round's billed prompt, to calibrate the proxy's estimate with."""
+        """Keep the first round's billed prompt (to calibrate the estimate), and the prefix
+        of each thinking block of every round's reply."""
         if self.first_prompt is None and rnd.usage is not None:
             self.first_prompt = rnd.usage.prompt
+        self.binder.note(rnd)
 
     def calibrate(self) -> None:
         """Update the session's ratio of billed to estimated prompt tokens."""

@@ -100,6 +100,9 @@ class SessionState:
     # The API the session speaks ("chat", "responses", "messages"); None when saved before
     # the proxy noted it (those were all Chat Completions sessions).
     wire: str | None = None
+    # Messages: the prefix each thinking block was written under (block key -> prefix
+    # digest, `proxy.wire.messages_binding`), so no block goes back under another one.
+    thinking: dict[str, str] = field(default_factory=dict)
 
     @property
     def compacted(self) -> bool:
