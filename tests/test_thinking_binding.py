@@ -18,7 +18,6 @@ import anthropic
 import pytest
 
 from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
 from tests.claude_checks import (
     Checks,
     blocks,
@@ -30,7 +29,7 @@ from tests.claude_checks import (
     system_texts,
     tool_results,
 )
-from tests.claude_model import FINISHED, ReadFilesModel
+from tests.claude_model import FINISHED, ReadFilesModel, ThinkingModel
 from tests.fake_binding import BINDING_BETA, check_prefixes
 from tests.fake_messages import FakeMessages, Turn, count_input_tokens
 from tests.servers import UvicornThread
@@ -247,36 +246,13 @@ def run_loop(client: anthropic.Anthropic, paths: list[str], stream: bool) -> lis
     return replies
 
 
-class AfterExtract(ReadFilesModel):
-    """The scripted model, thinking at length (`THOUGHT` more characters a turn, which only
-    a summary can reclaim), and noting the thinking it writes right after an extract round
-    (a request that ends in the proxy's answer to its extract call)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.after: list[str] = []
-
-    def __call__(self, body: dict[str, Any]) -> Turn:
-        turn = super().__call__(body)
-        for block in turn.content:
-            if block["type"] == "thinking" and not block["thinking"].endswith("FINISHED"):
-                block["thinking"] += " I weigh what the files so far show." * THOUGHT
-        messages = body.get("messages") or []
-        last_calls = blocks({"messages": messages[-2:-1]}, "assistant", "tool_use")
-        calls = [b for b in turn.content if b["type"] == "tool_use"]
-        if last_calls and all(c.get("name") == EXTRACT_TOOL_NAME for c in last_calls):
-            if not any(c["name"] == EXTRACT_TOOL_NAME for c in calls):
-                self.after += [b["thinking"] for b in turn.content if b["type"] == "thinking"]
-        return turn
-
-
 def sdk_run(
     paths: list[str], *, stream: bool, proxy: dict[str, Any] | None, extracts: int
 ) -> tuple[FakeMessages, ReadFilesModel, list[Any]]:
     """The loop against a prefix-checking fake, through a proxy with these settings or
     directly (`proxy` None)."""
     with FakeMessages() as fake:
-        fake.policy = model = AfterExtract(
+        fake.policy = model = ThinkingModel(
             paths, tool="read_file", path_key="path", extracts=extracts
         )
         if proxy is None:
@@ -295,7 +271,6 @@ def sdk_run(
 
 
 PATHS = [f"src/file_{n:02d}.py" for n in range(1, 25)]
-THOUGHT = 30  # times 35 characters of thinking a turn
 
 
 def loop_checks(
@@ -367,7 +342,7 @@ def test_a_hidden_extract_round_keeps_later_thinking_valid(
     rounds = [pair for body in loop for pair in extract_rounds(body)]
     checks.check("the model called the extract tool", model.extracted != [], model.extracted)
     checks.check("the proxy answered it", rounds != [], rounds[:1])
-    assert isinstance(model, AfterExtract)
+    assert isinstance(model, ThinkingModel)
     checks.check("thinking followed a hidden round", model.after != [], model.after)
     # It goes up again, valid, in the client's next request (until a compaction moves it).
     valid = {
