@@ -109,6 +109,12 @@ class MessagesWire:
     def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
         return request.continue_body(body, rnd, results)
 
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        return reply.hidden_round(rnd)
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        return reply.unmerge(message, shown)
+
     def reply_round(self, data: Any) -> Round:
         try:
             return reply.reply_round(data)
