@@ -25,9 +25,10 @@ from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
-from proxy.extract_tool import answer, split_calls
+from proxy.extract_tool import split_calls
+from proxy.hidden_rounds import answer_messages, round_entry
 from proxy.json_limits import Written, dumps_body
-from proxy.session import add_hidden, record_turn
+from proxy.session import add_hidden, add_round, record_turn
 from proxy.store.base import SessionKey
 from proxy.streaming import relay_stream
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
@@ -273,10 +274,7 @@ class Pipeline:
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
         originals = self.turn.rb.originals if self.turn.rb else {}
-        return [
-            {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
-            for c in calls
-        ]
+        return answer_messages(calls, originals)
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)
@@ -286,6 +284,16 @@ class Pipeline:
         own, _ = split_calls(rnd.message.get("tool_calls"))
         if own and self.turn.rb is not None:
             add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
+
+    def keep_rounds(self) -> None:
+        """Keep this request's only-extract rounds: later rebuilds put them back before the
+        assistant message the client echoes (`proxy.hidden_rounds`)."""
+        rb = self.turn.rb
+        if rb is None:
+            return
+        for rnd, results in self.continuations:
+            message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
+            add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
 
     # -- non-streaming ------------------------------------------------------------------
     async def complete(self) -> Response:
@@ -358,6 +366,7 @@ class Pipeline:
         rb = self.turn.rb
         if rb is not None and save:
             rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
+            self.keep_rounds()
             self.calibrate()
             if usage is not None:
                 record_turn(

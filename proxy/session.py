@@ -18,6 +18,7 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
 from proxy.extract_tool import content_text
 from proxy.fingerprint import PrefixChain, raw_digests
+from proxy.hidden_rounds import HIDDEN_KEY_PREFIX, Unmerge, extract_calls, rederive, result_key
 from proxy.history import (
     KNOWN_ROLES,
     SYSTEM_ROLES,
@@ -36,12 +37,16 @@ from proxy.session_state import (
     HiddenExtract,
     SessionState,
     add_hidden,
+    add_round,
     hidden_by_anchor,
     seal_hidden,
 )
 from proxy.wire.base import Outgoing
 
-HIDDEN_KEY_PREFIX = "xun-extract:"
+# The proxy's hidden rounds re-applied at one client message: the messages that go before
+# it (the model's round, the proxy's answers), what is left of it (none: nothing), and the
+# answers to the extract calls re-inserted into it.
+Resolved = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Rebuild:
     chars: int  # what estimate_chars counts in messages
     hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
+    resolved: dict[int, Resolved] = field(default_factory=dict)  # what `hidden` puts back
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -80,13 +86,8 @@ class Rebuild:
         return self._tool_results()[1]
 
     def _tool_results(self) -> tuple[dict[int, str], dict[str, Any]]:
-        if self._results is None:
-            keys, originals = tool_results(self.messages)
-            for extra in self.hidden.values():
-                for result in extra.results:
-                    key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
-                    originals[key] = result.get("content")
-            self._results = keys, originals
+        if self._results is None:  # (set by `rebuild` when hidden rounds apply)
+            self._results = tool_results(self.messages)
         return self._results
 
     @property
@@ -118,14 +119,25 @@ class Rebuild:
         origin, hidden, append = self._origin, self.hidden, conv.messages.append
         for i in order:  # every tool message has its key: `conv.append` would only append
             raw, extra = messages[i], hidden.get(i)
+            answers: list[dict[str, Any]] = []
             if extra is not None:
-                raw = {**raw, "tool_calls": [*raw.get("tool_calls", []), *extra.calls]}
+                before, rest, answers = self.resolved[i]
+                for m in before:  # the turn's hidden rounds, before what the client echoed
+                    inserted = RawOpenAIMessage(
+                        m, result_key(m) if m.get("role") == "tool" else None
+                    )
+                    append(inserted)
+                    origin[id(inserted)] = i
+                if not rest:
+                    continue
+                raw = rest[0]
+                if extra.calls:
+                    raw = {**raw, "tool_calls": [*raw.get("tool_calls", []), *extra.calls]}
             msg = RawOpenAIMessage(raw, keys.get(i))  # copies the dict
             append(msg)
             origin[id(msg)] = i
-            for result in extra.results if extra else ():
-                key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
-                hidden_msg = RawOpenAIMessage(result, key)
+            for result in answers:
+                hidden_msg = RawOpenAIMessage(result, result_key(result))
                 append(hidden_msg)
                 origin[id(hidden_msg)] = i
         if state.reclaimed:
@@ -244,13 +256,15 @@ def rebuild(
     state: SessionState | None,
     written: bytes | Written | None = None,
     received: list[Any] | None = None,
+    unmerge: Unmerge | None = None,
 ) -> Rebuild:
     """Rebuild the Conversation the upstream should see for this request.
 
     The prefix hash reads `received` (one entry per message: what the wire adapter says
     determines it, see `Wire.as_received`) or else the messages; `written` is that list as
     orjson wrote it already, if it did, as bytes or as a `Written` that carries the hash on
-    from the session's last request."""
+    from the session's last request. `unmerge` is the wire's (`Wire.unmerge`): without it,
+    only-extract rounds the client saw a part of are not put back."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
     hashed = messages if received is None else received
@@ -283,9 +297,20 @@ def rebuild(
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
     start = state.cut if state.summary else system_count
-    hidden = hidden_by_anchor(messages, chain, state.hidden, start)
+    hidden, left = hidden_by_anchor(messages, chain, state.hidden, start, unmerge)
+    resolved: dict[int, Resolved] = {}
+    results = None
+    if hidden:
+        results = tool_results(messages)
+        originals = results[1]
+        for anchor in sorted(hidden):
+            got = _resolve(hidden[anchor], left[anchor], originals)
+            if got is None:  # an answer that cannot be given again: the round goes
+                del hidden[anchor]
+            else:
+                resolved[anchor] = got
     state.hidden = list(hidden.values())
-    return Rebuild(
+    rb = Rebuild(
         messages=messages,
         state=state,
         chain=chain,
@@ -295,7 +320,37 @@ def rebuild(
         chars=chars,
         hidden=hidden,
         reset_reason=reason,
+        resolved=resolved,
     )
+    rb._results = results
+    return rb
+
+
+def _resolve(
+    h: HiddenExtract, rest: list[dict[str, Any]], originals: dict[str, Any]
+) -> Resolved | None:
+    """What an entry puts back, its answers re-derived from the client's originals (which
+    get them under their keys); None when one no longer gives the recorded answer."""
+    found = dict(originals)
+    before: list[dict[str, Any]] = []
+    for rnd in h.rounds:
+        message = rnd.get("message")
+        if not isinstance(message, dict):
+            return None
+        answers = rederive(extract_calls(message), rnd.get("digests") or [], found)
+        if answers is None:
+            return None
+        before += [message, *answers]
+    if h.digests is None:  # saved before answers were references: the copies it kept
+        answers = [dict(r) for r in h.results]
+        found.update((result_key(r), r.get("content")) for r in answers)
+    else:
+        got = rederive(h.calls, h.digests, found)
+        if got is None:
+            return None
+        answers = got
+    originals.update(found)
+    return before, rest, answers
 
 
 def apply_compaction(rb: Rebuild) -> None:
@@ -382,6 +437,7 @@ __all__ = [
     "SessionState",
     "UnrecognisedHistory",
     "add_hidden",
+    "add_round",
     "apply_compaction",
     "cover",
     "estimate_chars",

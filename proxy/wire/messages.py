@@ -124,6 +124,12 @@ class MessagesWire:
         raw = rnd.raw if isinstance(rnd.raw, dict) else {}
         return binding.reply_bindings(bound.tail, raw.get("content"))
 
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        return reply.hidden_round(rnd)
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        return reply.unmerge(message, shown)
+
     def reply_round(self, data: Any) -> Round:
         try:
             return reply.reply_round(data)
