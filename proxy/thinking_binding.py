@@ -5,7 +5,8 @@ to their prefix (Messages: `proxy.wire.messages_binding`): each request it sends
 requests included, goes without the blocks a compaction moved onto another prefix, and each
 round's reply leaves, in the session's state, the prefix its blocks were written under.
 Blocks the session has no record of are kept only when the request goes upstream as the
-client wrote it (nothing compacted, no tool added). Pure: no I/O.
+client wrote it (nothing compacted, no tool added). A body the binding cannot hash goes as
+it is: the binding never fails a request. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ class Binder:
         if binder is None or rb is None:
             return body
         trust = own and not self.turn.injected and not rb.state.compacted
-        bound = binder(body, rb.state.thinking, trust_unknown=trust)
+        try:
+            bound = binder(body, rb.state.thinking, trust_unknown=trust)
+        except (TypeError, ValueError) as exc:  # a body orjson cannot write: sent as it is
+            log.warning("thinking binding skipped: %s", type(exc).__name__)
+            return body
         if bound is None:
             return body
         if own:
