@@ -273,8 +273,7 @@ class Pipeline:
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
-        originals = self.turn.rb.originals if self.turn.rb else {}
-        return answer_messages(calls, originals)
+        return answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)
@@ -284,16 +283,6 @@ class Pipeline:
         own, _ = split_calls(rnd.message.get("tool_calls"))
         if own and self.turn.rb is not None:
             add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
-
-    def keep_rounds(self) -> None:
-        """Keep this request's only-extract rounds: later rebuilds put them back before the
-        assistant message the client echoes (`proxy.hidden_rounds`)."""
-        rb = self.turn.rb
-        if rb is None:
-            return
-        for rnd, results in self.continuations:
-            message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
-            add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
 
     # -- non-streaming ------------------------------------------------------------------
     async def complete(self) -> Response:
@@ -366,7 +355,9 @@ class Pipeline:
         rb = self.turn.rb
         if rb is not None and save:
             rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
-            self.keep_rounds()
+            for rnd, results in self.continuations:  # later requests carry them again
+                message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
+                add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
             self.calibrate()
             if usage is not None:
                 record_turn(

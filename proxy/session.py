@@ -18,7 +18,7 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
 from proxy.extract_tool import content_text
 from proxy.fingerprint import PrefixChain, raw_digests
-from proxy.hidden_rounds import HIDDEN_KEY_PREFIX, Unmerge, extract_calls, rederive, result_key
+from proxy.hidden_rounds import HIDDEN_KEY_PREFIX, Unmerge, result_key
 from proxy.history import (
     KNOWN_ROLES,
     SYSTEM_ROLES,
@@ -35,18 +35,14 @@ from proxy.json_limits import Written
 from proxy.session_state import (
     CHAIN_SCHEME,
     HiddenExtract,
+    Resolved,
     SessionState,
     add_hidden,
     add_round,
-    hidden_by_anchor,
+    hidden_in,
     seal_hidden,
 )
 from proxy.wire.base import Outgoing
-
-# The proxy's hidden rounds re-applied at one client message: the messages that go before
-# it (the model's round, the proxy's answers), what is left of it (none: nothing), and the
-# answers to the extract calls re-inserted into it.
-Resolved = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
 
 
 @dataclass
@@ -118,28 +114,15 @@ class Rebuild:
             order.insert(0, state.moved_user)
         origin, hidden, append = self._origin, self.hidden, conv.messages.append
         for i in order:  # every tool message has its key: `conv.append` would only append
-            raw, extra = messages[i], hidden.get(i)
-            answers: list[dict[str, Any]] = []
-            if extra is not None:
-                before, rest, answers = self.resolved[i]
-                for m in before:  # the turn's hidden rounds, before what the client echoed
-                    inserted = RawOpenAIMessage(
-                        m, result_key(m) if m.get("role") == "tool" else None
-                    )
-                    append(inserted)
-                    origin[id(inserted)] = i
-                if not rest:
-                    continue
-                raw = rest[0]
-                if extra.calls:
-                    raw = {**raw, "tool_calls": [*raw.get("tool_calls", []), *extra.calls]}
-            msg = RawOpenAIMessage(raw, keys.get(i))  # copies the dict
-            append(msg)
-            origin[id(msg)] = i
-            for result in answers:
-                hidden_msg = RawOpenAIMessage(result, result_key(result))
-                append(hidden_msg)
-                origin[id(hidden_msg)] = i
+            if i not in hidden:
+                msg = RawOpenAIMessage(messages[i], keys.get(i))  # copies the dict
+                append(msg)
+                origin[id(msg)] = i
+                continue
+            for m in self.resolved[i]:  # hidden rounds, the client's message, hidden answers
+                msg = RawOpenAIMessage(m, result_key(m) if m.get("role") == "tool" else None)
+                append(msg)
+                origin[id(msg)] = i
         if state.reclaimed:
             present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
             conv.reclaim([k for k in state.reclaimed if k in present])
@@ -297,19 +280,7 @@ def rebuild(
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
     start = state.cut if state.summary else system_count
-    hidden, left = hidden_by_anchor(messages, chain, state.hidden, start, unmerge)
-    resolved: dict[int, Resolved] = {}
-    results = None
-    if hidden:
-        results = tool_results(messages)
-        originals = results[1]
-        for anchor in sorted(hidden):
-            got = _resolve(hidden[anchor], left[anchor], originals)
-            if got is None:  # an answer that cannot be given again: the round goes
-                del hidden[anchor]
-            else:
-                resolved[anchor] = got
-    state.hidden = list(hidden.values())
+    hidden, resolved, results = hidden_in(messages, chain, state, start, unmerge)
     rb = Rebuild(
         messages=messages,
         state=state,
@@ -324,33 +295,6 @@ def rebuild(
     )
     rb._results = results
     return rb
-
-
-def _resolve(
-    h: HiddenExtract, rest: list[dict[str, Any]], originals: dict[str, Any]
-) -> Resolved | None:
-    """What an entry puts back, its answers re-derived from the client's originals (which
-    get them under their keys); None when one no longer gives the recorded answer."""
-    found = dict(originals)
-    before: list[dict[str, Any]] = []
-    for rnd in h.rounds:
-        message = rnd.get("message")
-        if not isinstance(message, dict):
-            return None
-        answers = rederive(extract_calls(message), rnd.get("digests") or [], found)
-        if answers is None:
-            return None
-        before += [message, *answers]
-    if h.digests is None:  # saved before answers were references: the copies it kept
-        answers = [dict(r) for r in h.results]
-        found.update((result_key(r), r.get("content")) for r in answers)
-    else:
-        got = rederive(h.calls, h.digests, found)
-        if got is None:
-            return None
-        answers = got
-    originals.update(found)
-    return before, rest, answers
 
 
 def apply_compaction(rb: Rebuild) -> None:

@@ -18,8 +18,8 @@ import orjson
 
 from proxy.extract_tool import split_calls
 from proxy.fingerprint import PrefixChain
-from proxy.hidden_rounds import Unmerge, digest, unmerge_all
-from proxy.history import token_count
+from proxy.hidden_rounds import Unmerge, digest, extract_calls, rederive, result_key, unmerge_all
+from proxy.history import token_count, tool_results
 from proxy.turn_log import TurnLog
 
 # 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
@@ -246,6 +246,8 @@ __all__ = [
     "SessionState",
     "add_hidden",
     "add_round",
+    "hidden_in",
+    "resolve_hidden",
     "seal_hidden",
 ]
 
@@ -290,3 +292,63 @@ def hidden_by_anchor(
             continue
         left[h.anchor] = rest
     return found, left
+
+
+# The proxy's hidden rounds re-applied at one client message, what goes in its place: the
+# model's rounds and the proxy's answers, what is left of the message (with the extract
+# calls mixed into it), and their answers.
+Resolved = list[dict[str, Any]]
+
+
+def resolve_hidden(
+    h: HiddenExtract, rest: list[dict[str, Any]], originals: dict[str, Any]
+) -> Resolved | None:
+    """What an entry puts back, its answers re-derived from the client's originals (which
+    get them under their keys); None when one no longer gives the recorded answer."""
+    found = dict(originals)
+    before: list[dict[str, Any]] = []
+    for rnd in h.rounds:
+        message = rnd.get("message")
+        if not isinstance(message, dict):
+            return None
+        answers = rederive(extract_calls(message), rnd.get("digests") or [], found)
+        if answers is None:
+            return None
+        before += [message, *answers]
+    if h.digests is None:  # saved before answers were references: the copies it kept
+        answers = [dict(r) for r in h.results]
+        found.update((result_key(r), r.get("content")) for r in answers)
+    else:
+        got = rederive(h.calls, h.digests, found)
+        if got is None:
+            return None
+        answers = got
+    originals.update(found)
+    if h.calls and rest:
+        rest = [{**rest[0], "tool_calls": [*rest[0].get("tool_calls", []), *h.calls]}]
+    return [*before, *rest, *answers]
+
+
+def hidden_in(
+    messages: list[dict[str, Any]],
+    chain: PrefixChain,
+    state: SessionState,
+    start: int,
+    unmerge: Unmerge | None,
+) -> tuple[dict[int, HiddenExtract], dict[int, Resolved], Any]:
+    """The state's hidden rounds that apply to these messages (the others are forgotten),
+    what each puts back, and the messages' `tool_results` with the proxy's answers added
+    (None when nothing applies: a rebuild reads them only if it needs them)."""
+    hidden, left = hidden_by_anchor(messages, chain, state.hidden, start, unmerge)
+    resolved: dict[int, Resolved] = {}
+    results = None
+    if hidden:
+        results = tool_results(messages)
+        for anchor in sorted(hidden):
+            got = resolve_hidden(hidden[anchor], left[anchor], results[1])
+            if got is None:  # an answer that cannot be given again: the round goes
+                del hidden[anchor]
+            else:
+                resolved[anchor] = got
+    state.hidden = list(hidden.values())
+    return hidden, resolved, results
