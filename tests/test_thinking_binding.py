@@ -18,6 +18,7 @@ import anthropic
 import pytest
 
 from proxy.app import create_app
+from tests import test_append_only
 from tests.claude_checks import (
     Checks,
     blocks,
@@ -353,3 +354,15 @@ def test_a_hidden_extract_round_keeps_later_thinking_valid(
     lost = [text[:40] for text in model.after if text not in valid]
     checks.check("the thinking written after a hidden round stays valid", lost == [], lost)
     checks.verify()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_the_append_only_run_holds_with_bound_thinking(
+    stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Messages append-only run (tests/test_append_only.py: 34 turns, placeholders,
+    summaries, hidden extract rounds) with a model that checks prefixes: thinking is removed
+    only where a compaction rewrote the prefix, the removal repeats exactly on the next
+    requests, and no request is refused."""
+    monkeypatch.setattr(test_append_only, "MODEL", MODEL)
+    test_append_only.test_messages_requests_are_append_only(stream)
