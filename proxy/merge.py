@@ -11,7 +11,8 @@ chain of its own request, which tells which of their decisions apply to its mess
   and keep my prefix and usage; when it does not fit, their state is kept as it is.
 - Of two equally compacted states, the one covering the longer client prefix is kept.
 - Reclaimed ids are united (those in my messages), hidden extract calls of both are kept
-  (a rebuild re-checks each against its anchor message), and so are both turn logs.
+  (a rebuild re-checks each against its anchor message), and so are both turn logs and
+  both sides' thinking bindings (each block's own prefix, whichever turn saw it).
 
 A longer prefix of theirs that cannot be checked against my messages (it reaches past them)
 is never grafted onto my compaction: one of the two states is then kept whole, so the stored
@@ -62,6 +63,7 @@ def merge_states(
         turn_log=_turns(mine, theirs),
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
+        thinking={**theirs.thinking, **mine.thinking},
     )
     return merged
 
@@ -89,6 +91,7 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
         accrued=theirs.accrued,
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
+        thinking={**theirs.thinking, **mine.thinking},
     )
 
 
@@ -99,6 +102,7 @@ def _keep_theirs(theirs: SessionState, mine: SessionState) -> SessionState | Non
         hidden=_hidden(theirs, mine, theirs.cut if theirs.summary else 0),
         turn_log=_turns(theirs, mine),
         context_window=_window(theirs, mine),
+        thinking={**mine.thinking, **theirs.thinking},
     )
     return None if merged == theirs else merged
 

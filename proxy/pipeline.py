@@ -25,12 +25,14 @@ from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
-from proxy.extract_tool import answer, split_calls
+from proxy.extract_tool import split_calls
+from proxy.hidden_rounds import answer_messages, round_entry
 from proxy.json_limits import Written, dumps_body
-from proxy.session import add_hidden, record_turn
+from proxy.session import add_hidden, add_round, record_turn
 from proxy.store.base import SessionKey
 from proxy.streaming import relay_stream
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.thinking_binding import Binder
 from proxy.trail import counts as trail_counts
 from proxy.turn import Turn, tenant_of
 from proxy.upstream import Upstream, UpstreamResponse, read_response
@@ -84,6 +86,7 @@ class Pipeline:
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
         self.log_fields["wire"] = wire.name
+        self.binder = Binder(wire, self.turn, self.log_fields)
 
     # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
@@ -106,10 +109,9 @@ class Pipeline:
     async def post_summary(self, chat_body: JSON) -> JSON:
         """A summary request, made in the session's own API."""
         started = time.perf_counter()
+        summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
-            status, data, _ = await self.upstream.post_json(
-                self.wire.path, self.wire.summary_body(self.client_body, chat_body), self.headers
-            )
+            status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
         if status == 200 and isinstance(data, dict):
@@ -232,6 +234,7 @@ class Pipeline:
 
     # -- upstream calls -----------------------------------------------------------------
     async def open(self, body: JSON) -> UpstreamResponse:
+        body = self.binder.bind(body)
         started = time.perf_counter()
         try:
             resp = await self.upstream.send(
@@ -270,11 +273,7 @@ class Pipeline:
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
-        originals = self.turn.rb.originals if self.turn.rb else {}
-        return [
-            {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
-            for c in calls
-        ]
+        return answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)
@@ -330,9 +329,11 @@ class Pipeline:
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
     def note_first(self, rnd: Round) -> None:
-        """Keep the first round's billed prompt, to calibrate the proxy's estimate with."""
+        """Keep the first round's billed prompt (to calibrate the estimate), and the prefix
+        of each thinking block of every round's reply."""
         if self.first_prompt is None and rnd.usage is not None:
             self.first_prompt = rnd.usage.prompt
+        self.binder.note(rnd)
 
     def calibrate(self) -> None:
         """Update the session's ratio of billed to estimated prompt tokens."""
@@ -354,6 +355,9 @@ class Pipeline:
         rb = self.turn.rb
         if rb is not None and save:
             rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
+            for rnd, results in self.continuations:  # later requests carry them again
+                message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
+                add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
             self.calibrate()
             if usage is not None:
                 record_turn(

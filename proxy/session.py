@@ -18,6 +18,7 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
 from proxy.extract_tool import content_text
 from proxy.fingerprint import PrefixChain, raw_digests
+from proxy.hidden_rounds import HIDDEN_KEY_PREFIX, Unmerge, result_key
 from proxy.history import (
     KNOWN_ROLES,
     SYSTEM_ROLES,
@@ -34,14 +35,14 @@ from proxy.json_limits import Written
 from proxy.session_state import (
     CHAIN_SCHEME,
     HiddenExtract,
+    Resolved,
     SessionState,
     add_hidden,
-    hidden_by_anchor,
+    add_round,
+    hidden_in,
     seal_hidden,
 )
 from proxy.wire.base import Outgoing
-
-HIDDEN_KEY_PREFIX = "xun-extract:"
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Rebuild:
     chars: int  # what estimate_chars counts in messages
     hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
+    resolved: dict[int, Resolved] = field(default_factory=dict)  # what `hidden` puts back
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -80,13 +82,8 @@ class Rebuild:
         return self._tool_results()[1]
 
     def _tool_results(self) -> tuple[dict[int, str], dict[str, Any]]:
-        if self._results is None:
-            keys, originals = tool_results(self.messages)
-            for extra in self.hidden.values():
-                for result in extra.results:
-                    key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
-                    originals[key] = result.get("content")
-            self._results = keys, originals
+        if self._results is None:  # (set by `rebuild` when hidden rounds apply)
+            self._results = tool_results(self.messages)
         return self._results
 
     @property
@@ -117,17 +114,15 @@ class Rebuild:
             order.insert(0, state.moved_user)
         origin, hidden, append = self._origin, self.hidden, conv.messages.append
         for i in order:  # every tool message has its key: `conv.append` would only append
-            raw, extra = messages[i], hidden.get(i)
-            if extra is not None:
-                raw = {**raw, "tool_calls": [*raw.get("tool_calls", []), *extra.calls]}
-            msg = RawOpenAIMessage(raw, keys.get(i))  # copies the dict
-            append(msg)
-            origin[id(msg)] = i
-            for result in extra.results if extra else ():
-                key = HIDDEN_KEY_PREFIX + str(result.get("tool_call_id"))
-                hidden_msg = RawOpenAIMessage(result, key)
-                append(hidden_msg)
-                origin[id(hidden_msg)] = i
+            if i not in hidden:
+                msg = RawOpenAIMessage(messages[i], keys.get(i))  # copies the dict
+                append(msg)
+                origin[id(msg)] = i
+                continue
+            for m in self.resolved[i]:  # hidden rounds, the client's message, hidden answers
+                msg = RawOpenAIMessage(m, result_key(m) if m.get("role") == "tool" else None)
+                append(msg)
+                origin[id(msg)] = i
         if state.reclaimed:
             present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
             conv.reclaim([k for k in state.reclaimed if k in present])
@@ -244,13 +239,15 @@ def rebuild(
     state: SessionState | None,
     written: bytes | Written | None = None,
     received: list[Any] | None = None,
+    unmerge: Unmerge | None = None,
 ) -> Rebuild:
     """Rebuild the Conversation the upstream should see for this request.
 
     The prefix hash reads `received` (one entry per message: what the wire adapter says
     determines it, see `Wire.as_received`) or else the messages; `written` is that list as
     orjson wrote it already, if it did, as bytes or as a `Written` that carries the hash on
-    from the session's last request."""
+    from the session's last request. `unmerge` is the wire's (`Wire.unmerge`): without it,
+    only-extract rounds the client saw a part of are not put back."""
     if not isinstance(messages, list):
         raise UnrecognisedHistory("messages is not a list")
     hashed = messages if received is None else received
@@ -283,9 +280,8 @@ def rebuild(
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
     start = state.cut if state.summary else system_count
-    hidden = hidden_by_anchor(messages, chain, state.hidden, start)
-    state.hidden = list(hidden.values())
-    return Rebuild(
+    hidden, resolved, results = hidden_in(messages, chain, state, start, unmerge)
+    rb = Rebuild(
         messages=messages,
         state=state,
         chain=chain,
@@ -295,7 +291,10 @@ def rebuild(
         chars=chars,
         hidden=hidden,
         reset_reason=reason,
+        resolved=resolved,
     )
+    rb._results = results
+    return rb
 
 
 def apply_compaction(rb: Rebuild) -> None:
@@ -382,6 +381,7 @@ __all__ = [
     "SessionState",
     "UnrecognisedHistory",
     "add_hidden",
+    "add_round",
     "apply_compaction",
     "cover",
     "estimate_chars",

@@ -18,7 +18,8 @@ import orjson
 
 from proxy.extract_tool import split_calls
 from proxy.fingerprint import PrefixChain
-from proxy.history import token_count
+from proxy.hidden_rounds import Unmerge, digest, extract_calls, rederive, result_key, unmerge_all
+from proxy.history import token_count, tool_results
 from proxy.turn_log import TurnLog
 
 # 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
@@ -34,10 +35,15 @@ UNSEALED = ""  # HiddenExtract.before of calls hidden by the turn in progress (s
 
 @dataclass
 class HiddenExtract:
-    """Extract calls the model mixed with the client's own calls in one assistant message.
+    """The proxy's hidden extract rounds of one turn, by the assistant message they join.
 
-    The client never saw them; they are re-inserted into that message (and their results
-    before the client's results) on later rebuilds, but only into the history they were
+    `calls`: extract calls the model mixed with the client's own (`visible_ids`) in that
+    message; the client never saw them: they are re-inserted into it (their answers before
+    the client's results). `rounds`: the turn's only-extract rounds (`proxy.hidden_rounds`),
+    which go back before it. Answers are not stored, only their digests (`digests`, one per
+    call; `results` holds copies only in states saved before): a rebuild re-derives them
+    from the client's messages (`proxy.hidden_rounds.rederive`). All of it goes back on
+    later rebuilds, but only into the history they were
     recorded in: `before` is the prefix-chain hash (`proxy.fingerprint.PrefixChain`) of the
     client messages before the anchor, set when the turn that hid them is saved (until then
     it is `UNSEALED`); `fingerprint` the hash up to and including the anchor message, pinned
@@ -52,6 +58,8 @@ class HiddenExtract:
     results: list[dict[str, Any]]
     before: str | None = None
     fingerprint: str | None = None
+    digests: list[str] | None = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _hidden(data: Mapping[str, Any]) -> HiddenExtract:
@@ -100,6 +108,9 @@ class SessionState:
     # The API the session speaks ("chat", "responses", "messages"); None when saved before
     # the proxy noted it (those were all Chat Completions sessions).
     wire: str | None = None
+    # Messages: the prefix each thinking block was written under (block key -> prefix
+    # digest, `proxy.wire.messages_binding`), so no block goes back under another one.
+    thinking: dict[str, str] = field(default_factory=dict)
 
     @property
     def compacted(self) -> bool:
@@ -188,17 +199,29 @@ def add_hidden(
     extract_calls: list[dict[str, Any]],
     results: list[dict[str, Any]],
 ) -> None:
-    """Remember extract calls hidden from an assistant message the client will echo back."""
+    """Remember extract calls hidden from an assistant message the client will echo back
+    (their answers by digest: a rebuild re-derives them)."""
+    entry = _entry(state, anchor)
+    entry.visible_ids = [str(c.get("id")) for c in own_calls]
+    entry.calls = extract_calls
+    entry.digests = [digest(r.get("content")) for r in results]
+
+
+def add_round(state: SessionState, anchor: int, entry: dict[str, Any]) -> None:
+    """Remember an only-extract round of the turn in progress, which goes back before the
+    assistant message at `anchor` (`proxy.hidden_rounds.round_entry`)."""
+    _entry(state, anchor).rounds.append(entry)
+
+
+def _entry(state: SessionState, anchor: int) -> HiddenExtract:
+    """The turn in progress's entry at `anchor`; an older one there is replaced."""
+    for h in state.hidden:
+        if h.anchor == anchor and h.before == UNSEALED and h.fingerprint is None:
+            return h
     state.hidden = [h for h in state.hidden if h.anchor != anchor]
-    state.hidden.append(
-        HiddenExtract(
-            anchor=anchor,
-            visible_ids=[str(c.get("id")) for c in own_calls],
-            calls=extract_calls,
-            results=results,
-            before=UNSEALED,  # sealed when the turn is saved (seal_hidden)
-        )
-    )
+    h = HiddenExtract(anchor, [], [], [], before=UNSEALED, digests=[])
+    state.hidden.append(h)  # sealed when the turn is saved (seal_hidden)
+    return h
 
 
 def seal_hidden(state: SessionState, chain: PrefixChain) -> None:
@@ -222,6 +245,9 @@ __all__ = [
     "HiddenExtract",
     "SessionState",
     "add_hidden",
+    "add_round",
+    "hidden_in",
+    "resolve_hidden",
     "seal_hidden",
 ]
 
@@ -231,24 +257,98 @@ def hidden_by_anchor(
     chain: PrefixChain,
     hidden: list[HiddenExtract],
     start: int,
-) -> dict[int, HiddenExtract]:
-    """The hidden extract calls that belong in these messages, by the message they join.
+    unmerge: Unmerge | None = None,
+) -> tuple[dict[int, HiddenExtract], dict[int, list[dict[str, Any]]]]:
+    """The hidden extract rounds that belong in these messages, by the message they join,
+    and what is left of each such message once the client's view of the rounds before it
+    is split off (`proxy.hidden_rounds.unmerge_all`; the wire's `unmerge`).
 
     An entry goes back only into the history it was recorded in (see `HiddenExtract`): its
-    anchor must be an assistant message with the same visible calls, and the messages up to
-    it must hash as recorded. Entries without a fingerprint are pinned here, once.
+    anchor must be an assistant message that starts with what the client saw of its rounds
+    and carries the same visible calls, and the messages up to it must hash as recorded.
+    Entries without a fingerprint are pinned here, once.
     """
     found: dict[int, HiddenExtract] = {}
+    left: dict[int, list[dict[str, Any]]] = {}
     for h in hidden:
         if h.anchor < start or h.anchor >= len(messages):
             continue
         msg = messages[h.anchor]
-        own, _ = split_calls(msg.get("tool_calls"))
-        if msg.get("role") != "assistant" or [c.get("id") for c in own] != h.visible_ids:
+        if msg.get("role") != "assistant":
             continue
+        rest = unmerge_all(dict(msg), h.rounds, unmerge) if h.rounds else [dict(msg)]
+        if rest is None:
+            continue
+        if h.calls:
+            own, _ = split_calls(rest[0].get("tool_calls")) if rest else ([], [])
+            if not rest or [c.get("id") for c in own] != h.visible_ids:
+                continue
         if h.fingerprint is not None:
             if chain.prefix(h.anchor + 1) == h.fingerprint:
                 found[h.anchor] = h
         elif h.before and chain.prefix(h.anchor) == h.before:
             found[h.anchor] = replace(h, fingerprint=chain.prefix(h.anchor + 1))
-    return found
+        else:
+            continue
+        left[h.anchor] = rest
+    return found, left
+
+
+# The proxy's hidden rounds re-applied at one client message, what goes in its place: the
+# model's rounds and the proxy's answers, what is left of the message (with the extract
+# calls mixed into it), and their answers.
+Resolved = list[dict[str, Any]]
+
+
+def resolve_hidden(
+    h: HiddenExtract, rest: list[dict[str, Any]], originals: dict[str, Any]
+) -> Resolved | None:
+    """What an entry puts back, its answers re-derived from the client's originals (which
+    get them under their keys); None when one no longer gives the recorded answer."""
+    found = dict(originals)
+    before: list[dict[str, Any]] = []
+    for rnd in h.rounds:
+        message = rnd.get("message")
+        if not isinstance(message, dict):
+            return None
+        answers = rederive(extract_calls(message), rnd.get("digests") or [], found)
+        if answers is None:
+            return None
+        before += [message, *answers]
+    if h.digests is None:  # saved before answers were references: the copies it kept
+        answers = [dict(r) for r in h.results]
+        found.update((result_key(r), r.get("content")) for r in answers)
+    else:
+        got = rederive(h.calls, h.digests, found)
+        if got is None:
+            return None
+        answers = got
+    originals.update(found)
+    if h.calls and rest:
+        rest = [{**rest[0], "tool_calls": [*rest[0].get("tool_calls", []), *h.calls]}]
+    return [*before, *rest, *answers]
+
+
+def hidden_in(
+    messages: list[dict[str, Any]],
+    chain: PrefixChain,
+    state: SessionState,
+    start: int,
+    unmerge: Unmerge | None,
+) -> tuple[dict[int, HiddenExtract], dict[int, Resolved], Any]:
+    """The state's hidden rounds that apply to these messages (the others are forgotten),
+    what each puts back, and the messages' `tool_results` with the proxy's answers added
+    (None when nothing applies: a rebuild reads them only if it needs them)."""
+    hidden, left = hidden_by_anchor(messages, chain, state.hidden, start, unmerge)
+    resolved: dict[int, Resolved] = {}
+    results = None
+    if hidden:
+        results = tool_results(messages)
+        for anchor in sorted(hidden):
+            got = resolve_hidden(hidden[anchor], left[anchor], results[1])
+            if got is None:  # an answer that cannot be given again: the round goes
+                del hidden[anchor]
+            else:
+                resolved[anchor] = got
+    state.hidden = list(hidden.values())
+    return hidden, resolved, results

@@ -81,7 +81,7 @@ class Turn:
 
     def _rebuild(self, state: SessionState | None) -> Rebuild:
         received, written = self.hashed()
-        return rebuild(self.history, state, written, received)
+        return rebuild(self.history, state, written, received, self.wire.unmerge)
 
     def hashed(self) -> tuple[list[Any] | None, Written | None]:
         """What the prefix hash reads for the history (`Wire.as_received`), and that list as

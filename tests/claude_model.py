@@ -14,6 +14,9 @@ already asked back):
   file with the client's own tool (`Read`, input `file_path`), each turn led by a thinking
   block, and after the last file it answers `FINISHED`.
 
+`ThinkingModel` is the same model thinking at length (what only a summary reclaims), and
+noting the thinking it writes right after a round that called the extract tool.
+
 The next file is one past the highest file the request shows read: in a `Read` call, or in a
 summary's "Last file read: N" (so a summarised history goes on where it stopped).
 """
@@ -148,3 +151,29 @@ class ReadFilesModel:
             return Turn.text(FINISHED, thinking=self._thought("All files are read."))
         thought = self._thought(f"Next I read file {n} of {len(self.paths)}.")
         return Turn.tool(self.tool, {self.path_key: self.paths[n - 1]}, thinking=thought)
+
+
+class ThinkingModel(ReadFilesModel):
+    """`ReadFilesModel` with `thought` more sentences of thinking a turn; `after` lists the
+    thinking it wrote right after an extract round (a request ending in the answer to its
+    extract call), in a turn that goes on with the client's own tool."""
+
+    def __init__(self, *args: Any, thought: int = 30, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.thought = thought
+        self.after: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        turn = super().__call__(body)
+        for block in turn.content:
+            if block["type"] == "thinking":
+                block["thinking"] += " I weigh what the files so far show." * self.thought
+        messages = body.get("messages") or []
+        before = messages[-2] if len(messages) >= 2 else {}
+        content = before.get("content") if isinstance(before, dict) else None
+        blocks = content if isinstance(content, list) else []
+        called = [b.get("name") for b in blocks if b.get("type") == "tool_use"]
+        now = [b["name"] for b in turn.content if b["type"] == "tool_use"]
+        if called and set(called) == {EXTRACT_TOOL_NAME} and EXTRACT_TOOL_NAME not in now:
+            self.after += [b["thinking"] for b in turn.content if b["type"] == "thinking"]
+        return turn

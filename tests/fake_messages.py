@@ -11,7 +11,10 @@ Anthropic's exact wire format:
   `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` by the request's
   `cache_control` breakpoints and what earlier requests wrote to the (simulated) cache.
 - Thinking blocks carry an opaque random `signature`; the fake remembers what it signed and
-  refuses a request whose thinking comes back altered, as Anthropic does.
+  refuses a request whose thinking comes back altered, as Anthropic does. It also binds each
+  block to its prefix and, for the models that run Anthropic's prefix checks (or with
+  `prefix_checks = True`), refuses a block whose prefix changed or drops it on request
+  (`"drop_block"`, listed in `input_transformations`): tests/fake_binding.py.
 - Requests are validated as Anthropic would: a `tool_result` without its `tool_use` in the
   previous message (or the reverse), more than 4 breakpoints, a system-role message without
   its beta, a prompt over `context_window` ("prompt is too long"), ... each a 400.
@@ -40,6 +43,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.fake_binding import (
+    BINDING_BETA,
+    PREFIX_CHECK_MODELS,
+    binding_key,
+    check_prefixes,
+    reply_digests,
+)
 from tests.fake_upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -266,6 +276,12 @@ class FakeMessages(FakeUpstream):
             self.signed: dict[str, str] = {}
             self.thought_before: dict[str, bool] = {}
             self._cache: set[str] = set()
+            # thinking signature (redacted: data) -> the digest of the prefix it was signed over
+            self.bound: dict[str, str] = {}
+            # None: prefix checks for the models that run them (PREFIX_CHECK_MODELS)
+            self.prefix_checks: bool | None = None
+            # (request, input_transformations) of each request that had blocks dropped
+            self.dropped: list[tuple[RecordedRequest, list[dict[str, str]]]] = []
             # every answer other than 200: (request, status, Anthropic error body)
             self.refused: list[tuple[RecordedRequest, int, dict[str, Any]]] = []
 
@@ -369,6 +385,11 @@ class FakeMessages(FakeUpstream):
         invalid = self._validate(body, record.headers, need_max_tokens=True)
         if invalid is not None:
             return self._anthropic_json(record, 400, invalid)
+        transformations: list[dict[str, str]] = []
+        if self.checks_prefixes(body):
+            body, transformations, refusal = self._check_binding(body, record.headers)
+            if refusal is not None:
+                return self._anthropic_json(record, 400, refusal)
         total = self.input_tokens(body)
         window = self.context_window
         if window is not None and total > window:
@@ -379,6 +400,10 @@ class FakeMessages(FakeUpstream):
             error = error_body(**(turn.error or {"type": "api_error", "message": "error"}))
             return self._anthropic_json(record, turn.status, error, turn)
         message = self._message(body, turn)
+        if transformations:
+            message["input_transformations"] = transformations
+            with self._lock:
+                self.dropped.append((record, transformations))
         if not body.get("stream") or turn.json_to_stream:
             return self._anthropic_json(record, 200, message, turn)
         events = _events(message, turn)
@@ -388,8 +413,41 @@ class FakeMessages(FakeUpstream):
 
     # the model's answer ------------------------------------------------------------------
 
+    def checks_prefixes(self, body: dict[str, Any]) -> bool:
+        """Whether this request's thinking blocks get Anthropic's prefix check."""
+        if self.prefix_checks is not None:
+            return self.prefix_checks
+        return str(body.get("model") or "").startswith(PREFIX_CHECK_MODELS)
+
+    def _check_binding(
+        self, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[dict[str, Any], list[dict[str, str]], dict[str, Any] | None]:
+        """The body the model reads, the blocks dropped, or the 400 for a changed prefix."""
+        thinking = body.get("thinking")
+        binding = thinking.get("block_binding") if isinstance(thinking, dict) else None
+        behavior = binding.get("prefix_mismatch_behavior") if isinstance(binding, dict) else None
+        if behavior is not None and BINDING_BETA not in headers.get("anthropic-beta", ""):
+            message = (
+                "thinking.block_binding: this field requires the beta header "
+                f"`anthropic-beta: {BINDING_BETA}`."
+            )
+            return body, [], error_body("invalid_request_error", message)
+        if behavior not in (None, "error", "drop_block"):
+            message = (
+                "thinking.block_binding.prefix_mismatch_behavior: Input should be 'error' or "
+                "'drop_block'"
+            )
+            return body, [], error_body("invalid_request_error", message)
+        with self._lock:
+            bound = dict(self.bound)
+        checked = check_prefixes(body, bound, drop=behavior == "drop_block")
+        if checked.refusal is not None:
+            return body, [], error_body("invalid_request_error", checked.refusal)
+        return {**body, "messages": checked.messages}, checked.dropped, None
+
     def _message(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
-        """The complete Message object for `turn`, signatures and ids filled in."""
+        """The complete Message object for `turn`, signatures and ids filled in; each
+        thinking block bound to its prefix (the request's, then the blocks before it)."""
         blocks = []
         has_thinking = False
         for block in turn.content:
@@ -408,6 +466,10 @@ class FakeMessages(FakeUpstream):
                 with self._lock:
                     self.thought_before[block["id"]] = has_thinking
             blocks.append(block)
+        for block, digest in zip(blocks, reply_digests(body, blocks), strict=True):
+            if block["type"] in ("thinking", "redacted_thinking"):
+                with self._lock:
+                    self.bound[binding_key(block)] = digest
         calls = any(b["type"] == "tool_use" for b in blocks)
         stop = turn.stop_reason or ("tool_use" if calls else "end_turn")
         output = max(1, _tokens(sum(_block_chars(b) for b in blocks)))
@@ -498,6 +560,10 @@ class FakeMessages(FakeUpstream):
                     return f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
         thinking = body.get("thinking") or {}
         if thinking.get("type") not in ("enabled", "adaptive"):
+            return None
+        if self.checks_prefixes(body):
+            # Models with preserved thinking accept a tool loop whose thinking was removed
+            # (Anthropic's advice after a summary: "remove the thinking of the kept turns").
             return None
         turn = _last_tool_turn(messages)
         if turn is None:

@@ -51,7 +51,9 @@ def made() -> Iterator[tuple[WireProxy, Run, Run]]:
     """One proxy, one Responses and one Messages session, both compacted (read-only tests)."""
     with wire_proxy() as proxy:
         codex = run_responses(proxy)
-        claude = run_messages(proxy)
+        # 11 files: two level-1 rounds and no summary (the hidden extract round goes back
+        # upstream on later turns, so a twelfth file would reach the summary)
+        claude = run_messages(proxy, files=11)
         assert "toolcall" in codex.compactions and "toolcall" in claude.compactions
         yield proxy, codex, claude
 
@@ -89,7 +91,8 @@ def test_detail_shows_items_without_opaque_payloads(made: tuple[WireProxy, Run, 
         assert turns[0]["content"].startswith("[tool call] read_file(")
         (mid,) = [m for m in conversation if m.get("system")]
         assert mid["content"] == REMINDER
-        results = [m for m in conversation if m["role"] == "tool"]
+        # (the proxy's answers to its hidden extract rounds are no client original)
+        results = [m for m in conversation if m["role"] == "tool" and not m.get("hidden")]
         types = {m["wire_type"] for m in results}
         assert types == {"function_call_output" if run is codex else "tool_result"}
         assert any(m.get("compacted_id") for m in results)

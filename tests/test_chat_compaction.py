@@ -154,13 +154,15 @@ def test_extract_only_round_is_answered_by_the_proxy(
         "tool_call_id": second[-2]["tool_calls"][0]["id"],
         "content": first_tool["content"],
     }
-    # Internal rounds are not replayed on later turns.
+    # The internal round goes upstream again at its place on later turns (the client never
+    # saw it): the next request is the last one plus what the client appended.
     agent.messages.append({"role": "user", "content": "continue"})
-    agent.step()
+    nxt = agent.step()
+    assert nxt.headers["x-xun-compaction"] == "none"
     later = fake_upstream.chat_requests[-1].json["messages"]
-    assert not any(
-        c["function"]["name"] == EXTRACT_TOOL_NAME for m in later for c in m.get("tool_calls") or []
-    )
+    assert later[: len(second)] == second
+    assert later[len(second)]["content"] == "I have what I needed."
+    assert later[len(second) + 1 :] == [{"role": "user", "content": "continue"}]
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -170,8 +170,9 @@ def test_hidden_extract_calls_are_reinserted_and_dropped_when_the_client_diverge
             },
         }
     ]
+    orig = msgs[3]["content"]  # the proxy's answer: the original of c0
     add_hidden(
-        rb.state, len(msgs), own, ext, [{"role": "tool", "tool_call_id": "ext1", "content": "orig"}]
+        rb.state, len(msgs), own, ext, [{"role": "tool", "tool_call_id": "ext1", "content": orig}]
     )
     state = record_turn(rb, total_tokens=10)
     nxt = [
@@ -182,13 +183,13 @@ def test_hidden_extract_calls_are_reinserted_and_dropped_when_the_client_diverge
     rb = rebuild(nxt, state)
     sent = rb.upstream_messages()
     assert [c["id"] for c in sent[-3]["tool_calls"]] == ["own1", "ext1"]
-    assert sent[-2] == {"role": "tool", "tool_call_id": "ext1", "content": "orig"}
+    assert sent[-2] == {"role": "tool", "tool_call_id": "ext1", "content": orig}
     assert rb.originals == {
         "c0": msgs[3]["content"],
         "c1": msgs[5]["content"],
         "c2": msgs[7]["content"],
         "own1": "r",
-        "xun-extract:ext1": "orig",
+        "xun-extract:ext1": orig,
     }
     other = [
         *msgs,

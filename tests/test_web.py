@@ -148,7 +148,7 @@ def test_viewer_shows_responses_and_messages_sessions(browser: Any) -> None:
     real proxy: items rendered readably, opaque payloads never on the page."""
     with wire_proxy() as proxy:
         codex = run_responses(proxy)
-        claude = run_messages(proxy)
+        claude = run_messages(proxy, files=11)  # no summary: see test_admin_wires.py
         assert "toolcall" in codex.compactions and "toolcall" in claude.compactions
         blobs = [i["encrypted_content"] for i in codex.history if i.get("type") == "reasoning"]
         blobs += [
@@ -202,7 +202,7 @@ def test_viewer_shows_responses_and_messages_sessions(browser: Any) -> None:
         assert thinking.get_attribute("open") is None
         assert "thinking · signed" in thinking.locator("summary").inner_text()
         thinking.locator("summary").click()
-        assert "Next I read file 1 of 12." in thinking.locator(".item-body").inner_text()
+        assert "Next I read file 1 of 11." in thinking.locator(".item-body").inner_text()
         assert page.locator(".item.call .call-name", has_text="read_file").count() >= 10
         mid = page.locator(".msg.mid-system")
         assert mid.count() == 1 and REMINDER in mid.inner_text()

@@ -25,6 +25,10 @@ from proxy.session import Rebuild, UnrecognisedHistory, rebuild
 from proxy.session_state import SessionState
 from proxy.settings import Settings
 from proxy.store import SessionKey, Store, StoredSession, StoreError
+from proxy.wire.base import Wire
+from proxy.wire.chat import ChatWire
+from proxy.wire.messages import MessagesWire
+from proxy.wire.responses import ResponsesWire
 
 log = logging.getLogger("proxy.admin")
 
@@ -207,6 +211,15 @@ async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
     return stored, state
 
 
+def wire_of(name: str | None) -> Wire:
+    """The adapter of a session's API (sessions saved before the proxy noted it: chat)."""
+    if name == "responses":
+        return ResponsesWire()
+    if name == "messages":
+        return MessagesWire()
+    return ChatWire()
+
+
 def rebuild_view(state: SessionState) -> Rebuild | None:
     """The conversation as the upstream sees it now, or None when it was not kept.
 
@@ -219,7 +232,7 @@ def rebuild_view(state: SessionState) -> Rebuild | None:
         return None
     pending = [h for h in state.hidden if h.anchor >= len(messages)]
     try:
-        rb = rebuild(messages, state)
+        rb = rebuild(messages, state, unmerge=wire_of(state.wire).unmerge)
     except UnrecognisedHistory:
         return None
     rb.state.hidden.extend(h for h in pending if h not in rb.state.hidden)

@@ -26,6 +26,7 @@ from proxy.routes.admin_base import (
     require_view,
     session_store,
     store_failed,
+    wire_of,
 )
 from proxy.session import Rebuild, apply_compaction
 from proxy.session_state import SessionState
@@ -35,20 +36,8 @@ from proxy.summarizer import ContextLengthExceeded, Summarizer, is_context_lengt
 from proxy.trail import counts as trail_counts
 from proxy.upstream import Upstream
 from proxy.wire.base import Wire
-from proxy.wire.chat import ChatWire
-from proxy.wire.messages import MessagesWire
-from proxy.wire.responses import ResponsesWire
 
 ANTHROPIC_VERSION = "2023-06-01"
-
-
-def wire_of(name: str | None) -> Wire:
-    """The adapter of a session's API (sessions saved before the proxy noted it: chat)."""
-    if name == "responses":
-        return ResponsesWire()
-    if name == "messages":
-        return MessagesWire()
-    return ChatWire()
 
 
 def _has_key(settings: Settings, wire: Wire) -> bool:

@@ -146,6 +146,18 @@ class Wire(Protocol):
         """The next round's body: this round's output and the proxy's extract answers added."""
         ...
 
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        """An only-extract round as later requests carry it again: the neutral message that
+        converts back to what `continue_body` sent of it, and what the client saw of it
+        (falsy: nothing), which `unmerge` splits off the client's echo."""
+        ...
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        """The client's echoed assistant message without what it saw of a hidden round
+        first (`shown`, from `hidden_round`): [] when nothing is left, None when the
+        message does not start with it."""
+        ...
+
     def reply_round(self, data: Any) -> Round:
         """A non-streamed reply as a round; raises UpstreamInvalidResponse when unreadable."""
         ...

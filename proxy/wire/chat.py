@@ -159,6 +159,34 @@ class ChatWire:
         out["messages"] = [*body["messages"], rnd.message, *results]
         return out
 
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        """The round's message as `continue_body` sent it; what the client saw of it: a
+        stream relays its text (and reasoning) before the next round's, a whole reply is
+        the last round's alone."""
+        shown = {}
+        if stream:
+            for name in ("content", "reasoning_content"):
+                value = rnd.message.get(name)
+                if isinstance(value, str) and value:
+                    shown[name] = value
+        return rnd.message, shown or None
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        """The client's echoed message without the text it saw streamed of a hidden round."""
+        if not isinstance(shown, dict):
+            return None
+        out = dict(message)
+        for name, text in shown.items():
+            value = out.get(name)
+            if value is None and name != "content":
+                continue  # the client did not keep the reasoning it was streamed
+            if not isinstance(value, str) or not isinstance(text, str):
+                return None
+            if not value.startswith(text):
+                return None
+            out[name] = value[len(text) :] or None
+        return [out]
+
     def reply_round(self, data: Any) -> Round:
         data = checked_completion(data)  # UpstreamInvalidResponse for wrong-typed parts
         choices = data.get("choices")

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse
+from proxy.wire import messages_binding as binding
 from proxy.wire import messages_reply as reply
 from proxy.wire import messages_request as request
 from proxy.wire.base import JSON, Outgoing, Round
@@ -108,6 +109,26 @@ class MessagesWire:
 
     def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
         return request.continue_body(body, rnd, results)
+
+    def bind_thinking(
+        self, body: JSON, bindings: dict[str, str], *, trust_unknown: bool
+    ) -> binding.Bound | None:
+        """`body` without thinking blocks bound to another prefix (`proxy.wire.messages_binding`),
+        None for a model that does not check them."""
+        if not binding.checks_prefixes(body.get("model")):
+            return None
+        return binding.bind(body, bindings, trust_unknown=trust_unknown)
+
+    def reply_bindings(self, bound: binding.Bound, rnd: Round) -> dict[str, str]:
+        """The prefix each thinking block of a round's reply was written under."""
+        raw = rnd.raw if isinstance(rnd.raw, dict) else {}
+        return binding.reply_bindings(bound.tail, raw.get("content"))
+
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        return reply.hidden_round(rnd)
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        return reply.unmerge(message, shown)
 
     def reply_round(self, data: Any) -> Round:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.history import token_count
 from proxy.wire.base import Round, Usage
-from proxy.wire.messages_neutral import reply_to_neutral
+from proxy.wire.messages_neutral import X_ITEMS, assistant_to_neutral, reply_to_neutral
 from proxy.wire.messages_request import is_extract_use
 
 TOKEN_FIELDS = (
@@ -153,6 +153,33 @@ def reply_round(data: Any) -> Round:
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise UnreadableReply("the reply has no content list")
     return as_round(data)
+
+
+def hidden_round(rnd: Round) -> tuple[dict[str, Any], list[Any] | None]:
+    """An only-extract round as later requests carry it: the assistant message exactly as
+    `continue_body` sent it (thinking, signatures and the extract `tool_use` included), and
+    the types of the blocks the client saw of it (`merge_messages` keeps them in front)."""
+    raw = rnd.raw if isinstance(rnd.raw, dict) else {}
+    content = raw.get("content") or []
+    visible, _ = split_hidden(content)
+    shown = [b.get("type") for b in visible if isinstance(b, dict)]
+    return assistant_to_neutral({"role": "assistant", "content": content}), shown or None
+
+
+def unmerge(message: dict[str, Any], shown: Any) -> list[dict[str, Any]] | None:
+    """The client's echoed assistant message without the blocks it saw of a hidden round."""
+    items = message.get(X_ITEMS)
+    if not (isinstance(items, list) and len(items) == 1 and isinstance(items[0], dict)):
+        return None
+    original = items[0]
+    content = original.get("content")
+    if not isinstance(shown, list) or not isinstance(content, list) or len(content) < len(shown):
+        return None
+    for block, kind in zip(content, shown, strict=False):
+        if not isinstance(block, dict) or block.get("type") != kind:
+            return None
+    rest = content[len(shown) :]
+    return [assistant_to_neutral({**original, "content": rest})] if rest else []
 
 
 def client_reply(rounds: list[Round], *, injected: bool) -> dict[str, Any]:

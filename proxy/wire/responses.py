@@ -20,8 +20,9 @@ from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
 from proxy.wire import responses_tool as tool
 from proxy.wire.base import JSON, Outgoing, Round, Unsupported, json_object
+from proxy.wire.responses_items import output_to_message
 from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
-from proxy.wire.responses_rounds import merge_responses, round_of, to_round
+from proxy.wire.responses_rounds import merge_responses, round_of, shown_items, to_round, unmerge
 from proxy.wire.responses_stream import ResponsesRelay
 
 _WINDOW = re.compile(r"(?:maximum context length|context window)[^0-9]{0,40}(\d{3,})")
@@ -160,6 +161,14 @@ class ResponsesWire:
         ]
         sent["input"] = [*input_items(body), *replayable(body, self.round_output(rnd)), *answers]
         return sent
+
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        """The round's output as `continue_body` sent it, and the items the client saw."""
+        sent = replayable(body, self.round_output(rnd))
+        return output_to_message(sent), shown_items(rnd.raw)
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        return unmerge(message, shown)
 
     def reply_round(self, data: Any) -> Round:
         if not isinstance(data, dict) or not isinstance(data.get("output", []), list):

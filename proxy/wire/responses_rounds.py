@@ -169,6 +169,37 @@ def usage_of(usage: Any) -> Usage | None:
     return Usage(total=total, prompt=prompt, cached=token_count(cached), output=output)
 
 
+def shown_items(raw: Any) -> list[list[Any]] | None:
+    """(type, id) of each item the client saw of a round (`raw`: a response or a relayed
+    round's result): `merge_responses` and the stream put them before the next round's."""
+    result = raw if isinstance(raw, RoundResult) else round_of(raw if isinstance(raw, dict) else {})
+    shown = [[_kind(x), x.get("id")] for x in result.visible if isinstance(x, dict)]
+    return shown or None
+
+
+def _kind(item: dict[str, Any]) -> Any:
+    return item.get("type") or ("message" if "role" in item else None)
+
+
+def unmerge(message: dict[str, Any], shown: Any) -> list[dict[str, Any]] | None:
+    """The client's echoed run of output items without the ones it saw of a hidden round."""
+    items = message.get(X_ITEMS)
+    if not isinstance(shown, list) or not isinstance(items, list) or len(items) < len(shown):
+        return None
+    for item, (kind, item_id) in zip(items, shown, strict=False):
+        if not isinstance(item, dict) or _kind(item) != kind:
+            return None
+        if item_id is not None and item.get("id") not in (None, item_id):
+            return None
+    rest = items[len(shown) :]
+    if not rest:
+        return []
+    try:
+        return [output_to_message(rest)]
+    except UnrecognisedHistory:
+        return None
+
+
 def to_round(result: RoundResult) -> Round:
     """A round as the pipeline reads it: its output as one neutral assistant message (the
     extract calls among its tool_calls), its usage, and the result itself as `raw`."""

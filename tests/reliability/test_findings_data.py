@@ -148,7 +148,9 @@ EXTRACT = {
     "type": "function",
     "function": {"name": "extract_compacted_tool_result", "arguments": '{"toolcall_id": "c0"}'},
 }
-SECRET_RESULT = {"role": "tool", "tool_call_id": "ext1", "content": "A's reclaimed secret"}
+# The proxy's answer to EXTRACT in client A's history: the original of `c0` (answers are
+# stored as references and re-derived from the client's messages).
+SECRET_RESULT = {"role": "tool", "tool_call_id": "ext1", "content": "client A: " + "x" * 500}
 
 
 def _history(user: str) -> list[dict[str, Any]]:
@@ -188,7 +190,7 @@ def test_hidden_extract_calls_go_back_only_into_the_history_they_were_recorded_i
     other = SessionState.from_bytes(state.to_bytes())
     sent = rebuild(_with_reply(_history("client B")), other).upstream_messages()
     assert SECRET_RESULT not in sent
-    assert "A's reclaimed secret" not in json.dumps(sent)
+    assert SECRET_RESULT["content"] not in json.dumps(sent)
     assert all(c["id"] != "ext1" for m in sent for c in m.get("tool_calls") or [])
     # Pinned on A's next turn, the exchange still only matches A's history.
     pinned = SessionState.from_bytes(state.to_bytes())

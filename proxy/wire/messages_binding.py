@@ -1,0 +1,191 @@
+"""Thinking blocks bound to their prefix: what the proxy may send back to Anthropic.
+
+Anthropic's models with "preserved thinking" bind each thinking and `redacted_thinking`
+block to its prefix (the top-level `system`, `tools`, every message before the block and the
+blocks before it in its message) and refuse, with a 400, a block that comes back under
+another prefix ("Invalid `signature` in `thinking` block. The block is bound to a different
+conversation."). A compaction changes the prefix of every block after its first change: a
+level-1 placeholder in an old `tool_result`, a summary after the client's `system`, the
+extract tool added to `tools`, a hidden extract round the client never sends back.
+
+The proxy keeps, with the session, the prefix each block was written under: the running
+hash (`PrefixChain`) of the upstream request that produced it, then the reply's blocks
+before it (`reply_bindings`). Before a request goes upstream, `bind` walks it with the same
+hash and removes every block whose prefix is not the one it was written under; the next
+blocks are judged without it, so a block written before the change (its prefix held the
+removed one) goes too, and one written after the compaction keeps its prefix as long as the
+compaction stands. Nothing else changes: kept blocks go byte-exact, and a request whose
+blocks all match is returned as it came. The removal is derived from the bindings kept with
+the session, so later requests repeat it exactly (append-only between compactions); a
+branch or an edit by the client is judged the same way.
+
+A block the session has no binding for (written before the proxy kept them, or through
+another path) is kept only when the request goes upstream as the client wrote it
+(`trust_unknown`), since then its prefix is the client's own.
+
+Removal, not `"drop_block"`: it costs nothing (no beta header, no field the account must
+support), works on every model and account, and the upstream reads exactly the prefix the
+proxy sends, so the prompt cache keeps that prefix from one request to the next. An
+assistant message a removal leaves empty gets one short text block (Anthropic refuses an
+empty message except the final one). Only models that run the check (`checks_prefixes`) are
+treated: on older models a removed block would cost the tool loop its required leading
+thinking and the cache its prefix, for nothing. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+THINKING_KINDS = ("thinking", "redacted_thinking")
+# Anthropic's models with preserved thinking (its "prefix checks" page), by name prefix.
+PREFIX_CHECK_MODELS = (
+    "claude-fable-5",
+    "claude-mythos-5",
+    "claude-opus-5",
+    "claude-sonnet-5",
+    "claude-haiku-5",
+)
+OMITTED = "(thinking omitted)"
+MAX_BINDINGS = 4096  # bindings kept per session, the oldest forgotten first
+
+
+def checks_prefixes(model: Any) -> bool:
+    """Whether Anthropic checks thinking prefixes for this model."""
+    return isinstance(model, str) and model.startswith(PREFIX_CHECK_MODELS)
+
+
+def block_key(block: Mapping[str, Any]) -> str:
+    """A short key for a thinking block: a hash of its signature (redacted: its data)."""
+    value = block.get("signature") if block.get("type") == "thinking" else block.get("data")
+    return hashlib.sha256(str(value or "").encode()).hexdigest()[:32]
+
+
+def _stripped(block: Any) -> Any:
+    """A block without `cache_control` (nor the blocks a `tool_result` holds): clients and
+    the proxy move breakpoints every turn, and they are not part of the prefix."""
+    if not isinstance(block, dict) or not (
+        "cache_control" in block or isinstance(block.get("content"), list)
+    ):
+        return block
+    out = {k: v for k, v in block.items() if k != "cache_control"}
+    if isinstance(out.get("content"), list):
+        out["content"] = [_stripped(b) for b in out["content"]]
+    return out
+
+
+def _bytes(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+class PrefixChain:
+    """The running hash of a request's prefix: `system` and `tools`, then block by block."""
+
+    def __init__(self, hasher: Any = None) -> None:
+        self.hasher = hasher if hasher is not None else hashlib.sha256()
+
+    @classmethod
+    def head(cls, body: Mapping[str, Any]) -> PrefixChain:
+        chain = cls()
+        system = body.get("system")
+        listed = [_stripped(b) for b in system] if isinstance(system, list) else system
+        chain.hasher.update(b"system:" + _bytes(listed))
+        chain.hasher.update(b"tools:" + _bytes([_stripped(t) for t in body.get("tools") or []]))
+        return chain
+
+    def message(self, role: Any) -> None:
+        self.hasher.update(b"\nmessage:" + _bytes(role))
+
+    def content(self, content: Any) -> None:
+        """A message's content that is not a list of blocks (a string)."""
+        self.hasher.update(b"\ncontent:" + _bytes(content))
+
+    def block(self, block: Any) -> None:
+        self.hasher.update(b"\nblock:" + _bytes(_stripped(block)))
+
+    def digest(self) -> str:
+        return str(self.hasher.hexdigest()[:32])
+
+    def copy(self) -> PrefixChain:
+        return PrefixChain(self.hasher.copy())
+
+
+@dataclass
+class Bound:
+    """A request made safe to send: its body, the blocks removed, and the hash of its whole
+    prefix (for the bindings of the reply's blocks)."""
+
+    body: dict[str, Any]
+    removed: int
+    tail: PrefixChain
+
+
+def bind(body: dict[str, Any], bindings: Mapping[str, str], *, trust_unknown: bool) -> Bound:
+    """`body` without the thinking blocks whose prefix is not the one they were written
+    under (`bindings`: block key -> prefix digest); see the module docstring."""
+    chain = PrefixChain.head(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return Bound(body, 0, chain)
+    sent: list[Any] = []
+    removed = 0
+    for n, message in enumerate(messages):
+        if not isinstance(message, dict):
+            sent.append(message)
+            continue
+        chain.message(message.get("role"))
+        content = message.get("content")
+        if not isinstance(content, list):
+            chain.content(content)
+            sent.append(message)
+            continue
+        kept: list[Any] = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") in THINKING_KINDS:
+                signed = bindings.get(block_key(block))
+                if signed is None:
+                    valid = trust_unknown and not removed
+                else:
+                    valid = signed == chain.digest()
+                if not valid:
+                    removed += 1
+                    continue
+            kept.append(block)
+            chain.block(block)
+        if len(kept) == len(content):
+            sent.append(message)
+            continue
+        if not kept and n < len(messages) - 1:
+            kept = [{"type": "text", "text": OMITTED}]
+            chain.block(kept[0])
+        sent.append({**message, "content": kept})
+    if not removed:
+        return Bound(body, 0, chain)
+    return Bound({**body, "messages": sent}, removed, chain)
+
+
+def reply_bindings(tail: PrefixChain, content: Any) -> dict[str, str]:
+    """The bindings of a reply's thinking blocks: the request's prefix (`tail`), then the
+    reply as the next assistant message, each block after those before it."""
+    if not isinstance(content, list):
+        return {}
+    chain = tail.copy()
+    chain.message("assistant")
+    found: dict[str, str] = {}
+    for block in content:
+        if isinstance(block, dict) and block.get("type") in THINKING_KINDS:
+            found[block_key(block)] = chain.digest()
+        chain.block(block)
+    return found
+
+
+def remember(bindings: dict[str, str], new: Mapping[str, str]) -> None:
+    """Add `new` to a session's bindings, the oldest forgotten past `MAX_BINDINGS`."""
+    bindings.update(new)
+    excess = len(bindings) - MAX_BINDINGS
+    for key in list(bindings)[: max(0, excess)]:
+        del bindings[key]
