@@ -35,6 +35,7 @@ thinking and the cache its prefix, for nothing. Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,21 +43,22 @@ from typing import Any
 import orjson
 
 THINKING_KINDS = ("thinking", "redacted_thinking")
-# Anthropic's models with preserved thinking (its "prefix checks" page), by name prefix.
-PREFIX_CHECK_MODELS = (
-    "claude-fable-5",
-    "claude-mythos-5",
-    "claude-opus-5",
-    "claude-sonnet-5",
-    "claude-haiku-5",
-)
+# Anthropic's models with preserved thinking (its "prefix checks" page): Fable and Mythos from
+# 5.1, Opus, Sonnet and Haiku from 5.5, and every family from 6 on, so a later model is
+# covered without a release. The name may carry a platform's prefix (Bedrock, Vertex) or a date.
+MODEL_VERSION = re.compile(r"claude-([a-z]+)-(\d{1,2})(?:[-.](\d{1,2})(?!\d))?")
+FROM_MINOR = {"fable": 1, "mythos": 1}  # the others check from x.5
 OMITTED = "(thinking omitted)"
 MAX_BINDINGS = 4096  # bindings kept per session, the oldest forgotten first
 
 
 def checks_prefixes(model: Any) -> bool:
     """Whether Anthropic checks thinking prefixes for this model."""
-    return isinstance(model, str) and model.startswith(PREFIX_CHECK_MODELS)
+    found = MODEL_VERSION.search(model) if isinstance(model, str) else None
+    if found is None:
+        return False
+    family, major, minor = found.group(1), int(found.group(2)), int(found.group(3) or 0)
+    return major > 5 or (major == 5 and minor >= FROM_MINOR.get(family, 5))
 
 
 def block_key(block: Mapping[str, Any]) -> str:

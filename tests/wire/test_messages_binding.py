@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from proxy.wire.messages_binding import (
     OMITTED,
     PrefixChain,
@@ -178,9 +180,28 @@ def test_redacted_thinking_is_bound_by_its_data() -> None:
     assert list(found) == [block_key(redacted)]
 
 
-def test_which_models_check() -> None:
-    assert checks_prefixes("claude-opus-5-5") and checks_prefixes("claude-fable-5-1")
-    assert not checks_prefixes("claude-opus-4-8") and not checks_prefixes(None)
+@pytest.mark.parametrize(
+    ("model", "checks"),
+    [
+        ("claude-opus-5-5", True),
+        ("claude-fable-5-1", True),
+        ("claude-fable-5-2-20261001", True),
+        ("claude-mythos-5-1", True),
+        ("claude-haiku-5-5", True),
+        ("claude-sonnet-6", True),  # a later model, not yet listed anywhere
+        ("claude-opus-6-1-20270101", True),
+        ("us.anthropic.claude-sonnet-5-5-v1:0", True),  # Bedrock's inference profile id
+        ("claude-opus-5-20260301", False),  # a date is not a minor version
+        ("claude-fable-5", False),
+        ("claude-opus-5-0", False),
+        ("claude-opus-4-8", False),
+        ("claude-3-7-sonnet-latest", False),
+        ("gpt-5.6", False),
+        (None, False),
+    ],
+)
+def test_which_models_check(model: object, checks: bool) -> None:
+    assert checks_prefixes(model) is checks
 
 
 def test_bindings_are_bounded() -> None:
