@@ -11,6 +11,9 @@ from typing import Any
 from proxy.conversation_message import message_chars
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
+# Set by a wire adapter on the neutral message that carries a provider's own compaction
+# (a Responses `compaction` item, a Messages `compaction` block): see `provider_floor`.
+X_PROVIDER_COMPACTION = "x_provider_compaction"
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 _ANSWERS = ("tool", "function")  # the roles that leave the calls before them open
 
@@ -89,6 +92,25 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> tuple[dict[int, str],
 def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
     n = 0
     while n < len(messages) and messages[n].get("role") in SYSTEM_ROLES:
+        n += 1
+    return n
+
+
+def provider_floor(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Where the proxy's own compaction may begin: just after the last message that carries
+    a provider's compaction (`X_PROVIDER_COMPACTION`, set by the wire adapter) and the tool
+    results that answer its calls; 0 when none does. The provider's compaction is the
+    session's new beginning: the messages before this point go upstream as the client sent
+    them, never summarised, reordered or reclaimed."""
+    last = -1
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get(X_PROVIDER_COMPACTION):
+            last = i
+            break
+    if last < 0:
+        return 0
+    n = last + 1
+    while n < len(messages) and messages[n].get("role") == "tool":
         n += 1
     return n
 

@@ -25,6 +25,7 @@ from proxy.history import (
     estimate_chars,
     estimate_tokens,
     leading_system_count,
+    provider_floor,
     reclaim_keys,
     token_count,
     tool_results,
@@ -62,6 +63,7 @@ class Rebuild:
     chars: int  # what estimate_chars counts in messages
     hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
+    floor: int = 0  # messages before it go up as sent (`proxy.history.provider_floor`)
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -111,7 +113,7 @@ class Rebuild:
             conv.set_persistent_section(
                 f"client_system_{i}", content_text(messages[i].get("content"))
             )
-        start = state.cut if state.summary else self.system_count
+        start = max(state.cut if state.summary else self.system_count, self.floor)
         order = list(range(start, len(messages)))
         if state.summary and state.moved_user is not None and state.moved_user < start:
             order.insert(0, state.moved_user)
@@ -150,8 +152,9 @@ class Rebuild:
         if self.unchanged():
             return list(self.messages)  # nothing to apply: the client's messages as sent
         params = self.conversation.completion_params()
+        fixed = self.messages[self.system_count : self.floor]  # a provider's compaction
         if self.state.summary:
-            return params
+            return [params[0], *fixed, *params[1:]]
         # Without a summary the client's system messages go up verbatim (list content,
         # developer role and several system messages all stay exactly as sent).
         rest = [
@@ -159,7 +162,7 @@ class Rebuild:
             for m, p in zip(self.conversation.messages, params, strict=True)
             if not isinstance(m, SystemPrompt)
         ]
-        return [*self.messages[: self.system_count], *rest]
+        return [*self.messages[: self.system_count], *fixed, *rest]
 
     def outgoing(self) -> Outgoing:
         """The messages to send upstream, whole and in parts (see `proxy.wire.base`)."""
@@ -278,11 +281,11 @@ def rebuild(
         chars = state.prefix_chars + estimate_chars(messages[new_from:])
     else:
         chars = estimate_chars(messages)
-    system_count = leading_system_count(messages)
-    if state.cut < system_count or state.cut > len(messages):
+    system_count, floor = leading_system_count(messages), provider_floor(messages)
+    if state.cut < max(system_count, floor) or state.cut > len(messages):
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
-    start = state.cut if state.summary else system_count
+    start = max(state.cut if state.summary else system_count, floor)
     hidden = hidden_by_anchor(messages, chain, state.hidden, start)
     state.hidden = list(hidden.values())
     return Rebuild(
@@ -295,6 +298,7 @@ def rebuild(
         chars=chars,
         hidden=hidden,
         reset_reason=reason,
+        floor=floor,
     )
 
 
