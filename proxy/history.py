@@ -96,23 +96,30 @@ def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
     return n
 
 
-def provider_floor(messages: Sequence[Mapping[str, Any]]) -> int:
-    """Where the proxy's own compaction may begin: just after the last message that carries
-    a provider's compaction (`X_PROVIDER_COMPACTION`, set by the wire adapter) and the tool
-    results that answer its calls; 0 when none does. The provider's compaction is the
-    session's new beginning: the messages before this point go upstream as the client sent
-    them, never summarised, reordered or reclaimed."""
-    last = -1
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get(X_PROVIDER_COMPACTION):
+def provider_floor(
+    messages: Sequence[Mapping[str, Any]], known: int | None = None, start: int = 0
+) -> tuple[int, int]:
+    """(the last message that carries a provider's compaction, or -1; where the proxy's own
+    compaction may begin: just after it and the tool results that answer its calls, or 0).
+
+    The wire adapter marks such messages (`X_PROVIDER_COMPACTION`). The provider's compaction
+    is the session's new beginning: the messages before the floor go upstream as the client
+    sent them, never summarised, reordered or reclaimed. `known`: the last mark among the
+    first `start` messages, which the caller knows unchanged since it found it there; only
+    the messages after them are then looked at (None, or a mark not among them: all are)."""
+    if known is None or known >= start:
+        known, start = -1, 0
+    last = known
+    for i in range(len(messages) - 1, start - 1, -1):
+        if X_PROVIDER_COMPACTION in messages[i]:
             last = i
             break
     if last < 0:
-        return 0
+        return -1, 0
     n = last + 1
     while n < len(messages) and messages[n].get("role") == "tool":
         n += 1
-    return n
+    return last, n
 
 
 def estimate_chars(messages: Sequence[Any]) -> int:

@@ -155,8 +155,7 @@ class Rebuild:
         fixed = self.messages[self.system_count : self.floor]  # a provider's compaction
         if self.state.summary:
             return [params[0], *fixed, *params[1:]]
-        # Without a summary the client's system messages go up verbatim (list content,
-        # developer role and several system messages all stay exactly as sent).
+        # Without a summary the client's system messages go up verbatim, exactly as sent.
         rest = [
             p
             for m, p in zip(self.conversation.messages, params, strict=True)
@@ -281,7 +280,9 @@ def rebuild(
         chars = state.prefix_chars + estimate_chars(messages[new_from:])
     else:
         chars = estimate_chars(messages)
-    system_count, floor = leading_system_count(messages), provider_floor(messages)
+    system_count = leading_system_count(messages)
+    mark, floor = provider_floor(messages, None if reason else state.provider_mark, new_from)
+    state.provider_mark = mark
     if state.cut < max(system_count, floor) or state.cut > len(messages):
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
@@ -319,8 +320,7 @@ def apply_compaction(rb: Rebuild) -> None:
         state.moved_user = idx[j - 1] if j > 0 else None
         state.cut_hash = rb.chain.prefix(state.cut)
         state.hidden = [h for h in state.hidden if h.anchor >= state.cut]
-    # Keys of summarised results are kept too: if the client later edits history before the
-    # cut, the summary goes but those results can stay reclaimed.
+    # Keys of summarised results are kept: after an edit before the cut they stay reclaimed.
     known = set(rb.keys.values()) | {k for k in rb.originals if k.startswith(HIDDEN_KEY_PREFIX)}
     merged = dict.fromkeys([*state.reclaimed, *conv.reclaimed_keys()])
     state.reclaimed = [k for k in merged if k in known]

@@ -100,6 +100,9 @@ class SessionState:
     # The API the session speaks ("chat", "responses", "messages"); None when saved before
     # the proxy noted it (those were all Chat Completions sessions).
     wire: str | None = None
+    # The last message carrying a provider's compaction in the history last seen (-1: none;
+    # None: not known), so a request resent with more messages looks only at those.
+    provider_mark: int | None = None
 
     @property
     def compacted(self) -> bool:
