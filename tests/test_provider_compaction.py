@@ -489,3 +489,23 @@ def test_messages_context_editing_and_server_compaction_pass(
     assert any(a and a["applied_edits"] for a in applied), applied
     assert any("iterations" in r["usage"] for r in replies)
     assert agent.received == [unpinged(a) for a in fake.sent], "answers reach it unchanged"
+
+
+@STREAMS
+def test_messages_clearing_edits_alone_leave_the_proxy_compacting(
+    messages_fake: CompactingMessages, stream: bool
+) -> None:
+    """Claude Code sends `clear_thinking_20251015` (keep all) on every request: no request
+    to compact, so the proxy compacts as usual, and the field passes as sent."""
+    fake = messages_fake
+    managed = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    with _messages_proxy(fake) as proxy, _client(proxy, f"clearing-{stream}") as client:
+        agent = MessagesAgent(client, stream)
+        for _ in range(10):
+            agent.turn(context_management=managed, betas=[CONTEXT_BETA])
+    assert fake.refused == []
+    loop = _main(fake)
+    assert all(exact(r.json["context_management"]) == exact(managed) for r in loop)
+    assert {"toolcall", "summary"} & set(agent.headers), agent.headers
+    assert any(_message_placeholders(r.json) for r in loop)
+    assert all("context_management" in r for r in agent.received if isinstance(r, dict))
