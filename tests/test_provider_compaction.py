@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -305,6 +306,7 @@ class MessagesAgent:
         }
         raw = self.client.beta.messages.with_raw_response.create(stream=self.stream, **args)
         self.headers.append(raw.headers.get("x-xun-compaction", ""))
+        self.session = raw.headers.get("x-xun-session", "")
         if not self.stream:
             message = raw.parse().to_dict()  # type: ignore[union-attr]
             self.received.append(message)
@@ -449,9 +451,13 @@ def test_messages_on_demand_compaction_and_the_history_after_it(
         start = len(_main(fake))
         for _ in range(TURNS_AFTER):
             agent.turn(betas=[SUMMARIZE_BETA])
+        with httpx.Client(base_url=proxy.url) as admin:
+            detail = admin.get(f"/admin/sessions/{agent.session}").json()
     later = _main(fake)[start:]
     assert fake.refused == []
     assert all(exact(r.json["messages"][0]) == exact(opening) for r in later)
+    shown = [r for r in detail["conversation"] if r.get("role") != "system"]
+    assert "compaction" in json.dumps(shown[0]), "operators see it where the upstream does"
     offered = [EXTRACT_TOOL_NAME in [t.get("name") for t in r.json["tools"]] for r in later]
     assert all(offered), "the session goes on: no request is taken for a side request"
     assert any(_message_placeholders(r.json) for r in later), "the proxy compacts after it"
