@@ -515,3 +515,30 @@ def test_messages_clearing_edits_alone_leave_the_proxy_compacting(
     assert {"toolcall", "summary"} & set(agent.headers), agent.headers
     assert any(_message_placeholders(r.json) for r in loop)
     assert all("context_management" in r for r in agent.received if isinstance(r, dict))
+
+
+@STREAMS
+def test_messages_a_paused_compaction_passes_and_the_client_goes_on_from_it(
+    messages_fake: CompactingMessages, stream: bool
+) -> None:
+    """`pause_after_compaction`: the answer is the compaction block alone, `stop_reason:
+    "compaction"`; the client sends it back and the conversation goes on from it."""
+    fake = messages_fake
+    edit = {
+        "type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 3000},
+        "pause_after_compaction": True,
+    }
+    managed = {"edits": [edit]}
+    with _messages_proxy(fake) as proxy, _client(proxy, f"paused-{stream}") as client:
+        agent = MessagesAgent(client, stream)
+        replies = [agent.turn(context_management=managed, betas=[COMPACT_BETA]) for _ in range(8)]
+    assert fake.refused == []
+    paused = [r for r in replies if r["stop_reason"] == "compaction"]
+    assert paused and all([b["type"] for b in r["content"]] == ["compaction"] for r in paused)
+    assert agent.received == [unpinged(a) for a in fake.sent], "answers reach it unchanged"
+    block = paused[0]["content"][0]
+    later = [r.json for r in fake.messages_requests if exact(block) in exact(r.json["messages"])]
+    assert later, "the block goes back"
+    assert all(exact(r["context_management"]) == exact(managed) for r in later)
+    assert set(agent.headers) == {"none"}, agent.headers
