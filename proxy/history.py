@@ -11,6 +11,9 @@ from typing import Any
 from proxy.conversation_message import message_chars
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
+# Set by a wire adapter on the neutral message that carries a provider's own compaction
+# (a Responses `compaction` item, a Messages `compaction` block): see `provider_floor`.
+X_PROVIDER_COMPACTION = "x_provider_compaction"
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 _ANSWERS = ("tool", "function")  # the roles that leave the calls before them open
 
@@ -91,6 +94,32 @@ def leading_system_count(messages: Sequence[Mapping[str, Any]]) -> int:
     while n < len(messages) and messages[n].get("role") in SYSTEM_ROLES:
         n += 1
     return n
+
+
+def provider_floor(
+    messages: Sequence[Mapping[str, Any]], known: int | None = None, start: int = 0
+) -> tuple[int, int]:
+    """(the last message that carries a provider's compaction, or -1; where the proxy's own
+    compaction may begin: just after it and the tool results that answer its calls, or 0).
+
+    The wire adapter marks such messages (`X_PROVIDER_COMPACTION`). The provider's compaction
+    is the session's new beginning: the messages before the floor go upstream as the client
+    sent them, never summarised, reordered or reclaimed. `known`: the last mark among the
+    first `start` messages, which the caller knows unchanged since it found it there; only
+    the messages after them are then looked at (None, or a mark not among them: all are)."""
+    if known is None or known >= start:
+        known, start = -1, 0
+    last = known
+    for i in range(len(messages) - 1, start - 1, -1):
+        if X_PROVIDER_COMPACTION in messages[i]:
+            last = i
+            break
+    if last < 0:
+        return -1, 0
+    n = last + 1
+    while n < len(messages) and messages[n].get("role") == "tool":
+        n += 1
+    return last, n
 
 
 def estimate_chars(messages: Sequence[Any]) -> int:

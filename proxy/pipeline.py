@@ -87,6 +87,11 @@ class Pipeline:
         request.state.log_fields = self.log_fields
         self.log_fields["wire"] = wire.name
         self.binder = Binder(wire, self.turn, self.log_fields)
+        # The request asks the provider to compact (`proxy.wire.provider_compaction`): the
+        # proxy's earlier compactions still apply, so the prefix holds, but it adds none.
+        self.provider_compacts = wire.provider_compacts(body)
+        if self.provider_compacts:
+            self.log_fields["provider_compaction"] = True
 
     # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
@@ -102,7 +107,7 @@ class Pipeline:
         return threshold_for(setting, explicit=explicit, window=window, learned=bool(learned))
 
     def compaction_enabled(self) -> bool:
-        if self.request.headers.get("x-xun-compact", "").lower() == "off":
+        if self.provider_compacts or self.request.headers.get("x-xun-compact", "").lower() == "off":
             return False
         return bool(self.settings.auto_compact_enabled)
 

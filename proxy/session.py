@@ -26,6 +26,7 @@ from proxy.history import (
     estimate_chars,
     estimate_tokens,
     leading_system_count,
+    provider_floor,
     reclaim_keys,
     token_count,
     tool_results,
@@ -64,6 +65,7 @@ class Rebuild:
     hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
     resolved: dict[int, Resolved] = field(default_factory=dict)  # what `hidden` puts back
+    floor: int = 0  # messages before it go up as sent (`proxy.history.provider_floor`)
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -108,7 +110,7 @@ class Rebuild:
             conv.set_persistent_section(
                 f"client_system_{i}", content_text(messages[i].get("content"))
             )
-        start = state.cut if state.summary else self.system_count
+        start = max(state.cut if state.summary else self.system_count, self.floor)
         order = list(range(start, len(messages)))
         if state.summary and state.moved_user is not None and state.moved_user < start:
             order.insert(0, state.moved_user)
@@ -145,16 +147,16 @@ class Rebuild:
         if self.unchanged():
             return list(self.messages)  # nothing to apply: the client's messages as sent
         params = self.conversation.completion_params()
+        fixed = self.messages[self.system_count : self.floor]  # a provider's compaction
         if self.state.summary:
-            return params
-        # Without a summary the client's system messages go up verbatim (list content,
-        # developer role and several system messages all stay exactly as sent).
+            return [params[0], *fixed, *params[1:]]
+        # Without a summary the client's system messages go up verbatim, exactly as sent.
         rest = [
             p
             for m, p in zip(self.conversation.messages, params, strict=True)
             if not isinstance(m, SystemPrompt)
         ]
-        return [*self.messages[: self.system_count], *rest]
+        return [*self.messages[: self.system_count], *fixed, *rest]
 
     def outgoing(self) -> Outgoing:
         """The messages to send upstream, whole and in parts (see `proxy.wire.base`)."""
@@ -276,10 +278,12 @@ def rebuild(
     else:
         chars = estimate_chars(messages)
     system_count = leading_system_count(messages)
-    if state.cut < system_count or state.cut > len(messages):
+    mark, floor = provider_floor(messages, None if reason else state.provider_mark, new_from)
+    state.provider_mark = mark
+    if state.cut < max(system_count, floor) or state.cut > len(messages):
         state.summary, state.cut, state.cut_hash, state.moved_user = None, 0, None, None
         state.trail = None
-    start = state.cut if state.summary else system_count
+    start = max(state.cut if state.summary else system_count, floor)
     hidden, resolved, results = hidden_in(messages, chain, state, start, unmerge)
     rb = Rebuild(
         messages=messages,
@@ -292,6 +296,7 @@ def rebuild(
         hidden=hidden,
         reset_reason=reason,
         resolved=resolved,
+        floor=floor,
     )
     rb._results = results
     return rb
@@ -314,8 +319,7 @@ def apply_compaction(rb: Rebuild) -> None:
         state.moved_user = idx[j - 1] if j > 0 else None
         state.cut_hash = rb.chain.prefix(state.cut)
         state.hidden = [h for h in state.hidden if h.anchor >= state.cut]
-    # Keys of summarised results are kept too: if the client later edits history before the
-    # cut, the summary goes but those results can stay reclaimed.
+    # Keys of summarised results are kept: after an edit before the cut they stay reclaimed.
     known = set(rb.keys.values()) | {k for k in rb.originals if k.startswith(HIDDEN_KEY_PREFIX)}
     merged = dict.fromkeys([*state.reclaimed, *conv.reclaimed_keys()])
     state.reclaimed = [k for k in merged if k in known]

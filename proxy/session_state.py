@@ -111,6 +111,9 @@ class SessionState:
     # Messages: the prefix each thinking block was written under (block key -> prefix
     # digest, `proxy.wire.messages_binding`), so no block goes back under another one.
     thinking: dict[str, str] = field(default_factory=dict)
+    # The last message carrying a provider's compaction in the history last seen (-1: none;
+    # None: not known), so a request resent with more messages looks only at those.
+    provider_mark: int | None = None
 
     @property
     def compacted(self) -> bool:

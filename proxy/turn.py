@@ -134,10 +134,12 @@ class Turn:
             and self.rb.reset_reason == "diverged"
             and state.compacted
             and 2 * len(self.rb.messages) < state.prefix_len
+            and not self.rb.floor
         ):
             # A short, unrelated request under a compacted session's id: an agent's side
             # call (Claude Code's title request). It goes up as sent and leaves the session
-            # alone, so the conversation's next turn still finds its summary.
+            # alone, so the conversation's next turn still finds its summary. (Not a history
+            # that opens with a provider's compaction: that is the session going on.)
             self.rb = None
             self.degraded = "side_request"
 

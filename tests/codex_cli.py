@@ -70,14 +70,21 @@ def require_codex() -> Path:
     return binary
 
 
-def config_toml(base_url: str) -> str:
+def config_toml(
+    base_url: str, *, auto_compact: int = 100_000_000, builtin_openai: bool = False
+) -> str:
     """A CODEX_HOME config: one custom provider given only by its URL; Codex never compacts
-    on its own during a test run (its own trigger would blur the direct/proxy comparison)."""
+    on its own during a test run (its own trigger would blur the direct/proxy comparison).
+
+    `auto_compact` lowers Codex's own compaction limit; `builtin_openai` runs the built-in
+    `openai` provider at `base_url` instead (`openai_base_url`, the key in CODEX_API_KEY),
+    the one Codex compacts remotely for: a `compaction_trigger` item on `/v1/responses`."""
+    provider = f'"openai"\nopenai_base_url = "{base_url}"' if builtin_openai else '"xun"'
     return f"""\
 model = "{MODEL}"
-model_provider = "xun"
+model_provider = {provider}
 model_context_window = 400000
-model_auto_compact_token_limit = 100000000
+model_auto_compact_token_limit = {auto_compact}
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
 check_for_update_on_startup = false
@@ -127,18 +134,27 @@ class CodexRun:
 
 
 def run_codex(
-    base_url: str, workdir: Path, home: Path, prompt: str, *, timeout: float = 60
+    base_url: str,
+    workdir: Path,
+    home: Path,
+    prompt: str,
+    *,
+    timeout: float = 60,
+    auto_compact: int = 100_000_000,
+    builtin_openai: bool = False,
 ) -> CodexRun:
-    """`codex exec` in `workdir` with CODEX_HOME=`home`, talking only to `base_url`."""
+    """`codex exec` in `workdir` with CODEX_HOME=`home`, talking only to `base_url`
+    (`auto_compact`, `builtin_openai`: see `config_toml`)."""
     binary = require_codex()
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(config_toml(base_url))
+    config = config_toml(base_url, auto_compact=auto_compact, builtin_openai=builtin_openai)
+    (home / "config.toml").write_text(config)
     last = home / "last-message.txt"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "CODEX_HOME": str(home),
-        API_KEY_ENV: "sk-test-codex",
+        "CODEX_API_KEY" if builtin_openai else API_KEY_ENV: "sk-test-codex",
         "LANG": "C.UTF-8",
         "NO_COLOR": "1",
     }

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
 from proxy.errors import InvalidRequest, NotFound
 from proxy.routes.admin_base import (
@@ -105,7 +106,13 @@ def history(rb: Rebuild, truncate: bool) -> list[dict[str, Any]]:
     conv = rb.conversation
     reclaimed = set(conv.reclaimed_keys())
     records: list[dict[str, Any]] = []
-    for message, record in zip(conv.messages, conv.to_history(truncate=truncate), strict=True):
+    pairs = list(zip(conv.messages, conv.to_history(truncate=truncate), strict=True))
+    fixed = rb.messages[rb.system_count : rb.floor]  # up to a provider's compaction, as sent
+    if fixed:
+        kept = Conversation([RawOpenAIMessage(m) for m in fixed])
+        at = 1 if pairs and isinstance(pairs[0][0], SystemPrompt) else 0
+        pairs[at:at] = zip(kept.messages, kept.to_history(truncate=truncate), strict=True)
+    for message, record in pairs:
         out: dict[str, Any] = dict(record)
         if isinstance(message, SystemPrompt):
             out["kind"] = "system"

@@ -138,6 +138,11 @@ class Wire(Protocol):
         """Whether the proxy's tool may be added (e.g. not with several choices)."""
         ...
 
+    def provider_compacts(self, body: JSON) -> bool:
+        """Whether the request asks the provider to compact it (`proxy.wire.provider_compaction`):
+        the proxy then compacts nothing of its own in it."""
+        ...
+
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         """The body sent upstream (`out` None: the client's messages unchanged)."""
         ...

@@ -138,6 +138,9 @@ class ChatWire:
     def defines_extract_tool(self, tools: Any) -> bool:
         return client_defines_tool(tools)
 
+    def provider_compacts(self, body: JSON) -> bool:
+        return False  # Chat Completions has no compaction of the provider's own
+
     def can_inject(self, body: JSON) -> bool:
         n = body.get("n")
         return n is None or n == 1

@@ -25,6 +25,7 @@ from proxy.wire.base import JSON, Outgoing, Round
 from proxy.wire.messages_checks import Checked, checked, request_error
 from proxy.wire.messages_neutral import X_ITEMS, Converted, convert
 from proxy.wire.messages_stream import MessagesRelay
+from proxy.wire.provider_compaction import asks_messages
 
 
 def parse_object(raw: bytes) -> JSON:
@@ -103,6 +104,9 @@ class MessagesWire:
 
     def can_inject(self, body: JSON) -> bool:
         return True
+
+    def provider_compacts(self, body: JSON) -> bool:
+        return asks_messages(body)
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         return request.upstream_body(body, out, tools, stream=stream)

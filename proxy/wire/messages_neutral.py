@@ -20,6 +20,7 @@ from typing import Any
 
 from proxy.session import UnrecognisedHistory
 from proxy.wire.messages_content import assistant_text, json_text, part, parts, tool_use_ids
+from proxy.wire.provider_compaction import X_PROVIDER_COMPACTION, has_compaction_block
 
 # Private keys of neutral messages (the core ignores them and keeps them on its copies).
 X_ITEMS = "x_items"  # the original wire objects, never edited
@@ -123,6 +124,8 @@ def _assistant(i: int, msg: dict[str, Any], ids: set[str]) -> dict[str, Any]:
         neutral["tool_calls"] = tool_calls
     if thinking:
         neutral["reasoning_content"] = "\n".join(thinking)
+    if has_compaction_block(content):  # the provider's own: the session begins again here
+        neutral[X_PROVIDER_COMPACTION] = True
     neutral[X_ITEMS] = [msg]
     return neutral
 
@@ -222,6 +225,8 @@ def _assistant_run(originals: list[dict[str, Any]]) -> dict[str, Any]:
         neutral["tool_calls"] = calls
     if thinking:
         neutral["reasoning_content"] = "\n".join(thinking)
+    if any(has_compaction_block(m.get("content")) for m in originals):
+        neutral[X_PROVIDER_COMPACTION] = True
     neutral[X_ITEMS] = list(originals)
     return neutral
 

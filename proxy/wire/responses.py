@@ -20,6 +20,7 @@ from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
 from proxy.wire import responses_tool as tool
 from proxy.wire.base import JSON, Outgoing, Round, Unsupported, json_object
+from proxy.wire.provider_compaction import asks_responses
 from proxy.wire.responses_items import output_to_message
 from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
 from proxy.wire.responses_rounds import merge_responses, round_of, shown_items, to_round, unmerge
@@ -130,6 +131,9 @@ class ResponsesWire:
 
     def can_inject(self, body: JSON) -> bool:
         return True
+
+    def provider_compacts(self, body: JSON) -> bool:
+        return asks_responses(body)
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)

@@ -20,6 +20,7 @@ import orjson
 
 from proxy.extract_tool import is_extract_call as is_extract_call  # of a neutral tool_call
 from proxy.session import UnrecognisedHistory
+from proxy.wire.provider_compaction import COMPACTION, X_PROVIDER_COMPACTION
 
 X_ITEMS = "x_items"
 
@@ -276,6 +277,8 @@ def convert(items: Any, before: Converted | None = None) -> Converted:
             append(message)
             pending.append((message, texts, reasoning, calls))
         originals.append(item)
+        if kind == COMPACTION:  # the provider's own: the session begins again here
+            pending[-1][0][X_PROVIDER_COMPACTION] = True
         if kind == "reasoning" and item.get("call_id") is None:  # what `_add` reads of it
             summary = item.get("summary")
             if summary:  # the usual one summary part read in place, as `parts_text` would
