@@ -156,6 +156,64 @@ def test_repeated_tool_call_ids_get_distinct_keys() -> None:
     assert tool_contents(rb.upstream_messages())[1] == placeholder_for("dup#2")
 
 
+def _calls_and_results(ids: list[str], size: int = 300) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "u"}]
+    for i, call_id in enumerate(ids):
+        call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        msgs.append({"role": "assistant", "tool_calls": [call]})
+        content = f"result {i} " + "y" * size
+        msgs.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    return msgs
+
+
+@pytest.mark.parametrize(
+    ("ids", "keys"),
+    [
+        (["call_r0", "call_r0#2", "call_r0"], ["call_r0", "call_r0#2", "call_r0#3"]),
+        (["call_r0", "call_r0", "call_r0#2"], ["call_r0", "call_r0#2", "call_r0#2#2"]),
+        (["a#2", "a", "a", "a"], ["a#2", "a", "a#3", "a#4"]),
+        (["a", "a#2#2", "a", "a#2"], ["a", "a#2#2", "a#2", "a#2#3"]),
+    ],
+)
+def test_client_ids_that_look_like_keys_never_share_one(ids: list[str], keys: list[str]) -> None:
+    """Issue 26 item 7: every tool result has its own key, whatever ids the client picks, and
+    each original comes back from its placeholder."""
+    msgs = _calls_and_results(ids)
+    assert list(reclaim_keys(msgs).values()) == keys
+    rb = rebuild(msgs, None)
+    rb.conversation.compact_toolcall(keep_max=0)
+    apply_compaction(rb)
+    assert rb.state.reclaimed == keys
+    sent = tool_contents(rb.upstream_messages())
+    assert sent == [placeholder_for(k) for k in keys]
+    for i, key in enumerate(keys):
+        assert rb.originals[key].startswith(f"result {i} ")
+        assert rb.conversation.compacted_toolcall_result(key) == msgs[2 + 2 * i]["content"]
+
+
+def test_keys_of_earlier_results_never_change_as_the_history_grows() -> None:
+    ids = ["x", "x", "x#2", "x#3", "x", "x#2"]
+    msgs = _calls_and_results(ids)
+    whole = reclaim_keys(msgs)
+    for n in range(1, len(msgs) + 1):
+        assert reclaim_keys(msgs[:n]) == {i: k for i, k in whole.items() if i < n}
+
+
+def test_a_state_saved_under_the_count_based_keys_still_reads() -> None:
+    """A state written before distinct keys (ids `r`, `r#2`, `r` then both gave `r#2`) is
+    read as is: its keys name the same results where they were distinct, and its colliding
+    key now names the one result whose key it is, the other going up whole."""
+    msgs = _calls_and_results(["r", "r#2", "r"])
+    state = compacted_state(msgs)
+    state.reclaimed = ["r", "r#2"]  # what the old scheme stored for all three
+    state = SessionState.from_bytes(state.to_bytes())
+    rb = rebuild(msgs, state)
+    assert rb.reset_reason is None
+    sent = tool_contents(rb.upstream_messages())
+    assert sent == [placeholder_for("r"), placeholder_for("r#2"), msgs[6]["content"]]
+    assert rb.originals["r#2"] == msgs[4]["content"]
+
+
 def test_hidden_extract_calls_are_reinserted_and_dropped_when_the_client_diverges() -> None:
     msgs = history(3)
     rb = rebuild(msgs, None)
