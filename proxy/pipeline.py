@@ -25,7 +25,7 @@ from proxy.compact import CompactorAbstract
 from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
-from proxy.extract_tool import answer, split_calls
+from proxy.extract_tool import answer_content, split_calls
 from proxy.json_limits import Written, dumps_body
 from proxy.session import add_hidden, record_turn
 from proxy.store.base import SessionKey
@@ -272,7 +272,7 @@ class Pipeline:
         self.extract_calls += len(calls)
         originals = self.turn.rb.originals if self.turn.rb else {}
         return [
-            {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
+            {"role": "tool", "tool_call_id": c.get("id"), "content": answer_content(c, originals)}
             for c in calls
         ]
 

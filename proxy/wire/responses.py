@@ -16,10 +16,10 @@ import re
 from typing import Any
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
-from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
 from proxy.wire import responses_tool as tool
 from proxy.wire.base import JSON, Outgoing, Round, Unsupported, json_object
+from proxy.wire.responses_back import output_value
 from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
 from proxy.wire.responses_rounds import merge_responses, round_of, to_round
 from proxy.wire.responses_stream import ResponsesRelay
@@ -154,7 +154,7 @@ class ResponsesWire:
             {
                 "type": "function_call_output",
                 "call_id": r.get("tool_call_id"),
-                "output": content_text(r.get("content")),
+                "output": output_value(r.get("content")),
             }
             for r in results
         ]
