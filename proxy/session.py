@@ -62,6 +62,9 @@ class Rebuild:
     chars: int  # what estimate_chars counts in messages
     hidden: dict[int, HiddenExtract]  # hidden extract calls by the client message they join
     reset_reason: str | None = None
+    # False: no level 1 for this request (the client owns the extract tool's name), so no
+    # placeholder is written and none of the state's is applied.
+    level1: bool = True
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -104,6 +107,7 @@ class Rebuild:
     def _build(self) -> Conversation:
         state, messages, keys = self.state, self.messages, self.keys
         conv = Conversation()
+        conv.toolcall_enabled = self.level1
         if state.summary:
             system = conv.set_system_message_content(state.summary, is_compressed=True)
             system.trail = state.trail  # the artifact trail, shown with the summary

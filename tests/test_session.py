@@ -418,3 +418,19 @@ def test_a_conversation_only_read_sends_the_clients_messages(system: Any, resent
     other.conversation.compact(lambda m: "SUM", keep_recent=7)
     assert not other.unchanged()
     assert other.upstream_messages() == _as_the_conversation_sends(other)[0]
+
+
+def test_without_level1_no_placeholder_is_written_nor_applied() -> None:
+    """Issue 26 item 8: a request whose client owns the extract tool's name rebuilds with
+    level 1 off: the compactor reclaims nothing and the state's reclaimed keys stay unapplied."""
+    msgs = history(8)
+    state = compacted_state(msgs)
+    assert state.reclaimed
+    rb = rebuild(msgs, SessionState.from_bytes(state.to_bytes()))
+    rb.level1 = False
+    assert tool_contents(rb.upstream_messages()) == tool_contents(msgs)
+    assert rb.conversation.compact_toolcall(keep_max=0).reclaimed_count == 0
+    fresh = rebuild(msgs, None)
+    fresh.level1 = False
+    assert fresh.conversation.compact_toolcall(keep_max=0).reclaimed_count == 0
+    assert fresh.conversation.reclaim(["c0"]) == 0
