@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -94,7 +95,11 @@ def chat_fake() -> Iterator[FakeUpstream]:
 
 
 def chat_run(
-    fake: FakeUpstream, headers: dict[str, str], tools: list[dict[str, Any]], **overrides: Any
+    fake: FakeUpstream,
+    headers: dict[str, str],
+    tools: list[dict[str, Any]],
+    stream: bool = False,
+    **overrides: Any,
 ) -> Any:
     settings = proxy_settings(fake, store_url="memory://", **{**SETTINGS, **overrides})
     with (
@@ -103,25 +108,32 @@ def chat_run(
             base_url=px.url + "/v1", api_key="sk-a", max_retries=0, default_headers=headers
         ) as client,
     ):
-        return client.chat.completions.create(
-            model="gpt-4o",
-            messages=chat_history(),
-            tools=tools,  # type: ignore[arg-type]
-        )
+        args: dict[str, Any] = {"model": "gpt-4o", "messages": chat_history(), "tools": tools}
+        if not stream:
+            return client.chat.completions.create(**args)
+        # The stream read into the completion it stands for.
+        text, calls = [], []
+        for chunk in client.chat.completions.create(**args, stream=True):
+            for choice in chunk.choices:
+                text.append(choice.delta.content or "")
+                calls += choice.delta.tool_calls or []
+        message = SimpleNamespace(content="".join(text), tool_calls=calls or None)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)])
 
 
 def chat_main(fake: FakeUpstream) -> list[dict[str, Any]]:
     return [r.json for r in fake.chat_requests if r.json and not is_summary_request(r.json)]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_chat_extract_answer_keeps_the_text_parts(
-    chat_fake: FakeUpstream, headers: dict[str, str]
+    chat_fake: FakeUpstream, headers: dict[str, str], stream: bool
 ) -> None:
     chat_fake.push(
         Reply.tool(EXTRACT_TOOL_NAME, {"toolcall_id": "call_1"}, id="call_x"),
         Reply.text("done"),
     )
-    completion = chat_run(chat_fake, headers, CHAT_TOOLS)
+    completion = chat_run(chat_fake, headers, CHAT_TOOLS, stream)
     assert completion.choices[0].message.content == "done"
     assert completion.choices[0].message.tool_calls is None
     first, second = chat_main(chat_fake)
@@ -184,7 +196,9 @@ def messages_history() -> list[dict[str, Any]]:
     ]
 
 
-def messages_run(headers: dict[str, str], tools: list[dict[str, Any]], *turns: Any) -> Any:
+def messages_run(
+    headers: dict[str, str], tools: list[dict[str, Any]], *turns: Any, stream: bool = False
+) -> Any:
     with FakeMessages() as fake:
         fake.policy = lambda body: (
             MessagesTurn.text("## overview\nsummary")
@@ -200,12 +214,17 @@ def messages_run(headers: dict[str, str], tools: list[dict[str, Any]], *turns: A
                 base_url=px.url, api_key="sk-ant-a", max_retries=0, default_headers=headers
             ) as client,
         ):
-            reply = client.messages.create(
-                model="claude-opus-4-8",
-                max_tokens=1000,
-                messages=messages_history(),  # type: ignore[arg-type]
-                tools=tools,  # type: ignore[arg-type]
-            )
+            args: dict[str, Any] = {
+                "model": "claude-opus-4-8",
+                "max_tokens": 1000,
+                "messages": messages_history(),
+                "tools": tools,
+            }
+            if stream:
+                with client.messages.stream(**args) as events:
+                    reply = events.get_final_message()
+            else:
+                reply = client.messages.create(**args)
         main = [
             r.json
             for r in fake.messages_requests
@@ -214,12 +233,16 @@ def messages_run(headers: dict[str, str], tools: list[dict[str, Any]], *turns: A
     return reply, main
 
 
-def test_messages_extract_answer_is_the_original_blocks(headers: dict[str, str]) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_messages_extract_answer_is_the_original_blocks(
+    headers: dict[str, str], stream: bool
+) -> None:
     reply, main = messages_run(
         headers,
         [READ],
         MessagesTurn.tool(EXTRACT_TOOL_NAME, {"toolcall_id": "toolu_1"}, id="toolu_x"),
         MessagesTurn.text("done"),
+        stream=stream,
     )
     assert [b.type for b in reply.content] == ["text"] and reply.content[0].text == "done"
     first, second = main
@@ -274,7 +297,9 @@ def responses_input() -> list[dict[str, Any]]:
     ]
 
 
-def responses_run(headers: dict[str, str], tools: list[dict[str, Any]], *turns: Any) -> Any:
+def responses_run(
+    headers: dict[str, str], tools: list[dict[str, Any]], *turns: Any, stream: bool = False
+) -> Any:
     def policy(request: ResponsesRequest) -> ResponsesTurn:
         return ResponsesTurn(text="## overview\nsummary")
 
@@ -288,11 +313,12 @@ def responses_run(headers: dict[str, str], tools: list[dict[str, Any]], *turns: 
                 base_url=px.url + "/v1", api_key="sk-a", max_retries=0, default_headers=headers
             ) as client,
         ):
-            response = client.responses.create(
-                model="gpt-5",
-                input=responses_input(),
-                tools=tools,  # type: ignore[arg-type]
-            )
+            args: dict[str, Any] = {"model": "gpt-5", "input": responses_input(), "tools": tools}
+            if stream:
+                events = list(client.responses.create(**args, stream=True))
+                response = next(e.response for e in events if e.type == "response.completed")
+            else:
+                response = client.responses.create(**args)
         main = [
             r.json
             for r in fake.responses_requests
@@ -309,15 +335,16 @@ def outputs(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_responses_extract_answers_are_the_original_parts_and_the_shell_output(
-    headers: dict[str, str],
+    headers: dict[str, str], stream: bool
 ) -> None:
     calls = [
         (EXTRACT_TOOL_NAME, {"toolcall_id": "call_1"}, "call_x1"),
         (EXTRACT_TOOL_NAME, {"toolcall_id": "call_2"}, "call_x2"),
     ]
     response, main = responses_run(
-        headers, [FUNCTION], ResponsesTurn(calls=calls), ResponsesTurn(text="done")
+        headers, [FUNCTION], ResponsesTurn(calls=calls), ResponsesTurn(text="done"), stream=stream
     )
     assert response.output_text == "done"
     assert all(getattr(i, "name", None) != EXTRACT_TOOL_NAME for i in response.output)
