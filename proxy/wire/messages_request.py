@@ -102,7 +102,11 @@ def result_content(content: Any) -> Any:
     """An extract answer as `tool_result` content: a string as is, parts back as the blocks
     they came from (text and images in place, documents and the rest as sent)."""
     if isinstance(content, list) and content:
-        return from_parts(content)
+        # Without the original's cache breakpoints: the answer must not add any (at most 4).
+        return [
+            {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+            for b in from_parts(content)
+        ]
     return content if isinstance(content, str) and content else as_text(content)
 
 

@@ -87,6 +87,18 @@ def test_messages_answer_is_the_original_blocks_in_place() -> None:
     assert messages_answer(MESSAGES_RESULT) == MESSAGES_RESULT
 
 
+def test_messages_answer_keeps_file_images_and_documents_without_breakpoints() -> None:
+    file_image = {"type": "image", "source": {"type": "file", "file_id": "file_011"}}
+    document = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "notes"},
+        "title": "notes.txt",
+    }
+    mark = {"cache_control": {"type": "ephemeral"}}
+    content = [{**file_image, **mark}, {"type": "text", "text": "t", **mark}, {**document, **mark}]
+    assert messages_answer(content) == [file_image, {"type": "text", "text": "t"}, document]
+
+
 def test_messages_answer_of_a_string_and_of_nothing() -> None:
     assert messages_answer("plain output") == "plain output"
     assert messages_answer([]) == EMPTY_OUTPUT
