@@ -13,6 +13,9 @@ from proxy.conversation_message import message_chars
 SYSTEM_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 _ANSWERS = ("tool", "function")  # the roles that leave the calls before them open
+# Keys of the proxy's hidden extract results (`proxy.session`): no client key starts so.
+HIDDEN_KEY_PREFIX = "xun-extract:"
+_ESCAPE = "xun-client:"
 
 
 class UnrecognisedHistory(ValueError):
@@ -67,8 +70,10 @@ def _open_calls(messages: list[Any], start: int) -> Any:
 def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     """Client index -> reclaim key of every tool message, each key distinct.
 
-    A tool message's key is its `tool_call_id`, unless an earlier tool message holds that key
-    already: then the id with the first free `#n` (n = 2, 3, ...). So ids `a`, `a#2`, `a` give
+    A tool message's key is its `tool_call_id` (with `xun-client:` before it when it starts
+    with that or with the hidden results' `xun-extract:`, so no client key is ever one of
+    theirs), unless an earlier tool message holds that key already: then with the first
+    free `#n` (n = 2, 3, ...) after it. So ids `a`, `a#2`, `a` give
     `a`, `a#2`, `a#3`, and `a`, `a`, `a#2` give `a`, `a#2`, `a#2#2`: no client id can make two
     results share a key. A key depends only on the messages up to its own, so it never
     changes as the history grows; where no id looks like `x#n`, keys are those of the
@@ -86,6 +91,8 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> tuple[dict[int, str],
         if msg.get("role") != "tool":
             continue
         base = key = str(msg.get("tool_call_id"))
+        if base.startswith((HIDDEN_KEY_PREFIX, _ESCAPE)):
+            base = key = _ESCAPE + base
         if key in contents:
             n = next_n.get(base, 2)
             while (key := f"{base}#{n}") in contents:

@@ -19,6 +19,7 @@ from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
 from proxy.extract_tool import content_text
 from proxy.fingerprint import PrefixChain, raw_digests
 from proxy.history import (
+    HIDDEN_KEY_PREFIX,
     KNOWN_ROLES,
     SYSTEM_ROLES,
     UnrecognisedHistory,
@@ -40,8 +41,6 @@ from proxy.session_state import (
     seal_hidden,
 )
 from proxy.wire.base import Outgoing
-
-HIDDEN_KEY_PREFIX = "xun-extract:"
 
 
 @dataclass

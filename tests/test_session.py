@@ -14,6 +14,7 @@ from proxy.conversation_message import SystemPrompt
 from proxy.economics import Economics
 from proxy.fingerprint import PrefixChain
 from proxy.session import (
+    HIDDEN_KEY_PREFIX,
     Rebuild,
     SessionState,
     UnrecognisedHistory,
@@ -189,6 +190,45 @@ def test_client_ids_that_look_like_keys_never_share_one(ids: list[str], keys: li
     for i, key in enumerate(keys):
         assert rb.originals[key].startswith(f"result {i} ")
         assert rb.conversation.compacted_toolcall_result(key) == msgs[2 + 2 * i]["content"]
+
+
+@pytest.mark.parametrize(
+    ("ids", "keys"),
+    [
+        (["xun-extract:h1"], ["xun-client:xun-extract:h1"]),
+        (["xun-client:a", "a"], ["xun-client:xun-client:a", "a"]),
+        (
+            ["xun-extract:h1", "xun-client:xun-extract:h1"],
+            ["xun-client:xun-extract:h1", "xun-client:xun-client:xun-extract:h1"],
+        ),
+    ],
+)
+def test_client_keys_never_take_a_hidden_results_key(ids: list[str], keys: list[str]) -> None:
+    """Hidden extract results are keyed `xun-extract:<call id>`: a client id of that form
+    is escaped (one to one), so both originals stay apart and extractable."""
+    msgs = _calls_and_results(ids)
+    assert list(reclaim_keys(msgs).values()) == keys
+    assert not any(k.startswith(HIDDEN_KEY_PREFIX) for k in keys)
+
+
+def test_a_client_id_shaped_like_a_hidden_key_keeps_its_own_original() -> None:
+    msgs = history(3)
+    msgs[2]["tool_calls"][0]["id"] = msgs[3]["tool_call_id"] = "xun-extract:ext1"
+    rb = rebuild(msgs, None)
+    own = [{"id": "own1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    function = {"name": "extract_compacted_tool_result", "arguments": '{"toolcall_id":"c1"}'}
+    ext = [{"id": "ext1", "type": "function", "function": function}]
+    hidden = [{"role": "tool", "tool_call_id": "ext1", "content": "orig"}]
+    add_hidden(rb.state, len(msgs), own, ext, hidden)
+    state = record_turn(rb, total_tokens=10)
+    nxt = [
+        *msgs,
+        {"role": "assistant", "content": None, "tool_calls": own},
+        {"role": "tool", "tool_call_id": "own1", "content": "r"},
+    ]
+    rb = rebuild(nxt, state)
+    assert rb.originals["xun-extract:ext1"] == "orig"
+    assert rb.originals["xun-client:xun-extract:ext1"] == msgs[3]["content"]
 
 
 def test_keys_of_earlier_results_never_change_as_the_history_grows() -> None:
