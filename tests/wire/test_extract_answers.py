@@ -22,6 +22,7 @@ from proxy.wire.chat import ChatWire
 from proxy.wire.messages_neutral import to_neutral
 from proxy.wire.messages_request import continue_body as messages_continue
 from proxy.wire.responses import ResponsesWire
+from proxy.wire.responses_back import messages_to_items
 from proxy.wire.responses_items import items_to_messages
 
 PNG = base64.b64encode(b"\x89PNG" + bytes(range(256)) * 48).decode()  # 12292 bytes
@@ -253,3 +254,15 @@ def test_the_text_form_keeps_separation_and_is_never_empty() -> None:
         assert answer(extract(key), originals)
         assert as_text(originals[key])
         assert chat_content(originals[key])
+
+
+def test_responses_a_replayed_hidden_answer_keeps_its_parts() -> None:
+    """A hidden extract answer (no original items) goes back into later requests as it was
+    given: the client's parts in place, not their joined text."""
+    hidden = {"role": "tool", "tool_call_id": "x1", "content": FCO_PARTS}
+    assert messages_to_items([hidden]) == [
+        {"type": "function_call_output", "call_id": "x1", "output": FCO_PARTS}
+    ]
+    shell = {"role": "tool", "tool_call_id": "x2", "content": SHELL_OUTPUT}
+    (item,) = messages_to_items([shell])
+    assert isinstance(item["output"], str) and '"stdout":"hello\\n"' in item["output"]
