@@ -164,6 +164,8 @@ class CacheAwareCompactor(CompactorAbstract):
         return chosen, sizes, 0.0
 
     def _tool_indices(self, conv: Conversation) -> list[int]:
+        if not conv.toolcall_enabled:
+            return []
         return [
             i
             for i, m in enumerate(conv.messages)

@@ -82,6 +82,7 @@ class Conversation:
         self.compaction_counter = CompactionCounter()
         self._originals: dict[str, Content] = {}
         self.trail_budget: int | None = None  # tokens of the artifact trail; None: the default
+        self.toolcall_enabled = True  # False: level 1 off (the client owns the tool's name)
         for message in messages:
             self.append(message)
 
@@ -221,7 +222,7 @@ class Conversation:
 
     def _reclaim_one(self, message: RawOpenAIMessage) -> bool:
         key = message.key
-        if key is None:
+        if key is None or not self.toolcall_enabled:
             return False
         placeholder = placeholder_for(key)
         original = message.content

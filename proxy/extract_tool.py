@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from proxy.tool_output import EMPTY_OUTPUT, as_text, is_empty
+
 EXTRACT_TOOL_NAME = "extract_compacted_tool_result"
 MAX_ID_LENGTH = 512
 
@@ -100,8 +102,10 @@ def _shown(value: str) -> str:
     return clean + ("..." if len(value) > 80 else "")
 
 
-def answer(call: Mapping[str, Any], originals: Mapping[str, Any]) -> str:
-    """The tool result text for one extract call: the original, or a clear error."""
+def answer_content(call: Mapping[str, Any], originals: Mapping[str, Any]) -> Any:
+    """The answer to one extract call: the original output whole, as the client sent it (a
+    string, or its list of parts in order; `EMPTY_OUTPUT` for an empty one), or a clear error
+    text. Each wire carries it in its own shape (`Wire.continue_body`)."""
     fn = call.get("function")
     requested = _requested_id(fn.get("arguments") if isinstance(fn, dict) else None)
     if requested is None:
@@ -110,8 +114,15 @@ def answer(call: Mapping[str, Any], originals: Mapping[str, Any]) -> str:
             '{"toolcall_id": "<ID from the placeholder>"}.'
         )
     if len(requested) <= MAX_ID_LENGTH and requested in originals:
-        return content_text(originals[requested])
+        original = originals[requested]
+        return EMPTY_OUTPUT if is_empty(original) else original
     return (
         f"[Error] No compacted tool result has ID '{_shown(requested)}'. Use an ID exactly as "
         "shown in a '[Compacted, ID: ...]' placeholder, or re-run the tool."
     )
+
+
+def answer(call: Mapping[str, Any], originals: Mapping[str, Any]) -> str:
+    """`answer_content` as one text: parts on their own lines, a marker for each part text
+    cannot carry (`proxy.tool_output.as_text`); never empty."""
+    return as_text(answer_content(call, originals))

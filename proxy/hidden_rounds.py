@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from proxy.extract_tool import answer, split_calls
+from proxy.extract_tool import answer_content, split_calls
+from proxy.history import HIDDEN_KEY_PREFIX
 
 JSON = dict[str, Any]
-HIDDEN_KEY_PREFIX = "xun-extract:"
 
 # What a wire's `unmerge` does: the client's echoed message without what it saw of one
 # hidden round (`shown`): [] when nothing is left of it, None when it does not start so.
@@ -43,7 +43,7 @@ def answer_messages(
 ) -> list[dict[str, Any]]:
     """The proxy's answers to extract calls, as tool messages (neutral form)."""
     return [
-        {"role": "tool", "tool_call_id": c.get("id"), "content": answer(c, originals)}
+        {"role": "tool", "tool_call_id": c.get("id"), "content": answer_content(c, originals)}
         for c in calls
     ]
 

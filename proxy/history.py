@@ -16,6 +16,9 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 X_PROVIDER_COMPACTION = "x_provider_compaction"
 KNOWN_ROLES = SYSTEM_ROLES | {"user", "assistant", "tool", "function"}
 _ANSWERS = ("tool", "function")  # the roles that leave the calls before them open
+# Keys of the proxy's hidden extract results (`proxy.session`): no client key starts so.
+HIDDEN_KEY_PREFIX = "xun-extract:"
+_ESCAPE = "xun-client:"
 
 
 class UnrecognisedHistory(ValueError):
@@ -68,22 +71,36 @@ def _open_calls(messages: list[Any], start: int) -> Any:
 
 
 def reclaim_keys(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    """Client index -> reclaim key of every tool message; repeated ids get `#2`, `#3`, ..."""
+    """Client index -> reclaim key of every tool message, each key distinct.
+
+    A tool message's key is its `tool_call_id` (with `xun-client:` before it when it starts
+    with that or with the hidden results' `xun-extract:`, so no client key is ever one of
+    theirs), unless an earlier tool message holds that key already: then with the first
+    free `#n` (n = 2, 3, ...) after it. So ids `a`, `a#2`, `a` give
+    `a`, `a#2`, `a#3`, and `a`, `a`, `a#2` give `a`, `a#2`, `a#2#2`: no client id can make two
+    results share a key. A key depends only on the messages up to its own, so it never
+    changes as the history grows; where no id looks like `x#n`, keys are those of the
+    earlier count-based scheme, so stored states keep naming the same results.
+    """
     return tool_results(messages)[0]
 
 
 def tool_results(messages: Sequence[Mapping[str, Any]]) -> tuple[dict[int, str], dict[str, Any]]:
     """`reclaim_keys`, and each key's content as the client sent it, in one pass."""
-    seen: dict[str, int] = {}
     keys: dict[int, str] = {}
     contents: dict[str, Any] = {}
+    next_n: dict[str, int] = {}  # id -> the first `#n` suffix not yet tried for it
     for i, msg in enumerate(messages):
         if msg.get("role") != "tool":
             continue
-        key = str(msg.get("tool_call_id"))
-        count = seen[key] = seen.get(key, 0) + 1
-        if count > 1:
-            key = f"{key}#{count}"
+        base = key = str(msg.get("tool_call_id"))
+        if base.startswith((HIDDEN_KEY_PREFIX, _ESCAPE)):
+            base = key = _ESCAPE + base
+        if key in contents:
+            n = next_n.get(base, 2)
+            while (key := f"{base}#{n}") in contents:
+                n += 1
+            next_n[base] = n + 1
         keys[i] = key
         contents[key] = msg.get("content")
     return keys, contents

@@ -27,8 +27,8 @@ from time import monotonic
 from typing import Protocol
 
 from proxy.merge import merge_states
-from proxy.session import Rebuild, seal_hidden
-from proxy.session_state import SessionState
+from proxy.session import Rebuild
+from proxy.session_state import SessionState, seal_hidden
 from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
 
 log = logging.getLogger("proxy.saving")

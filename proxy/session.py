@@ -1,10 +1,9 @@
 """Rebuilding a `Conversation` from a client's request and the session's state.
 
-Chat completions is stateless: every request carries the whole history, so the proxy keeps
-only what it decided (reclaimed ids, the summary and the cut it replaces, hidden extract
-calls, the last usage) and re-applies it to each incoming request. The client stays the
-source of truth: originals of reclaimed results are read back from its own messages. What
-histories it understands, and its size estimate, are `proxy.history`. Pure code: no I/O.
+Every request carries the whole history, so the proxy keeps only what it decided (reclaimed
+ids, the summary and its cut, hidden extract rounds, the last usage) and re-applies it to
+each request. The client is the source of truth: originals of reclaimed results are read
+back from its own messages. Histories understood and sizes: `proxy.history`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
 from proxy.extract_tool import content_text
 from proxy.fingerprint import PrefixChain, raw_digests
-from proxy.hidden_rounds import HIDDEN_KEY_PREFIX, Unmerge, result_key
+from proxy.hidden_rounds import Unmerge, result_key
 from proxy.history import (
+    HIDDEN_KEY_PREFIX,
     KNOWN_ROLES,
     SYSTEM_ROLES,
     UnrecognisedHistory,
@@ -45,6 +45,8 @@ from proxy.session_state import (
 )
 from proxy.wire.base import Outgoing
 
+_Results = tuple[dict[int, str], dict[str, Any]]  # tool results: keys, originals by key
+
 
 @dataclass
 class Rebuild:
@@ -66,12 +68,11 @@ class Rebuild:
     reset_reason: str | None = None
     resolved: dict[int, Resolved] = field(default_factory=dict)  # what `hidden` puts back
     floor: int = 0  # messages before it go up as sent (`proxy.history.provider_floor`)
+    level1: bool = True  # False: the client owns the extract tool's name, so no placeholders
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
-    _results: tuple[dict[int, str], dict[str, Any]] | None = field(
-        default=None, init=False, repr=False
-    )
+    _results: _Results | None = field(default=None, init=False, repr=False)
 
     @property
     def keys(self) -> dict[int, str]:
@@ -103,6 +104,7 @@ class Rebuild:
     def _build(self) -> Conversation:
         state, messages, keys = self.state, self.messages, self.keys
         conv = Conversation()
+        conv.toolcall_enabled = self.level1
         if state.summary:
             system = conv.set_system_message_content(state.summary, is_compressed=True)
             system.trail = state.trail  # the artifact trail, shown with the summary
@@ -377,7 +379,6 @@ def record_turn(
 
 
 __all__ = [
-    "HIDDEN_KEY_PREFIX",
     "KNOWN_ROLES",
     "SYSTEM_ROLES",
     "HiddenExtract",  # from proxy.session_state, with the state type
@@ -394,7 +395,6 @@ __all__ = [
     "rebuild",
     "reclaim_keys",
     "record_turn",
-    "seal_hidden",  # from proxy.session_state, with add_hidden
     "token_count",
     "validate",
 ]

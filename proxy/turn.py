@@ -81,7 +81,11 @@ class Turn:
 
     def _rebuild(self, state: SessionState | None) -> Rebuild:
         received, written = self.hashed()
-        return rebuild(self.history, state, written, received, self.wire.unmerge)
+        rb = rebuild(self.history, state, written, received, self.wire.unmerge)
+        # A client with a tool of our tool's name gets the model's calls to it: no level-1
+        # placeholder may send the model there (summaries still apply).
+        rb.level1 = not self.wire.defines_extract_tool(self.wire.tools(self.body))
+        return rb
 
     def hashed(self) -> tuple[list[Any] | None, Written | None]:
         """What the prefix hash reads for the history (`Wire.as_received`), and that list as

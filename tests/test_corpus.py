@@ -24,7 +24,7 @@ import pytest
 
 from proxy.compact import placeholder_for
 from proxy.conversation_message import SystemPrompt
-from proxy.extract_tool import EXTRACT_TOOL_NAME, answer, content_text
+from proxy.extract_tool import EXTRACT_TOOL_NAME, answer, answer_content, content_text
 from proxy.fingerprint import PrefixChain, canonical
 from proxy.session import (
     Rebuild,
@@ -34,6 +34,7 @@ from proxy.session import (
     rebuild,
     record_turn,
 )
+from proxy.tool_output import as_text
 from tests import corpus
 from tests.corpus import CORPUS_DIR, Trajectory, load_all, turns, validate_sequence
 
@@ -344,7 +345,9 @@ def check_upstream(rb: Rebuild, history: list[dict[str, Any]], replay: Replay) -
         assert orjson.dumps(rb.originals[key]) == orjson.dumps(original)
         if key in sent_keys:
             assert rb.conversation.compacted_toolcall_result(key) == original
-        assert answer(extract_call(key), rb.originals) == content_text(original)
+        # The answer is the original whole (issue 26 item 4: parts kept, not joined).
+        assert answer_content(extract_call(key), rb.originals) == original
+        assert answer(extract_call(key), rb.originals) == as_text(original)
         replay.verified_keys.add(key)
 
 
@@ -489,4 +492,5 @@ def test_extract_unknown_key_is_a_clear_error() -> None:
     apply_compaction(rb)
     assert answer(extract_call("no-such-id"), rb.originals).startswith("[Error]")
     for key in rb.state.reclaimed:
-        assert answer(extract_call(key), rb.originals) == content_text(rb.originals[key])
+        assert answer_content(extract_call(key), rb.originals) == rb.originals[key]
+        assert answer(extract_call(key), rb.originals) == as_text(rb.originals[key])

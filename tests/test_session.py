@@ -12,7 +12,9 @@ from proxy.cache_compact import CacheAwareCompactor
 from proxy.compact import CompactionContext, placeholder_for
 from proxy.conversation_message import SystemPrompt
 from proxy.economics import Economics
+from proxy.extract_tool import answer_content
 from proxy.fingerprint import PrefixChain
+from proxy.history import HIDDEN_KEY_PREFIX
 from proxy.session import (
     Rebuild,
     SessionState,
@@ -154,6 +156,106 @@ def test_repeated_tool_call_ids_get_distinct_keys() -> None:
     assert rb.state.reclaimed == ["dup", "dup#2"]
     assert rb.originals["dup#2"].startswith("result 1")
     assert tool_contents(rb.upstream_messages())[1] == placeholder_for("dup#2")
+
+
+def _calls_and_results(ids: list[str], size: int = 300) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "u"}]
+    for i, call_id in enumerate(ids):
+        call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        msgs.append({"role": "assistant", "tool_calls": [call]})
+        content = f"result {i} " + "y" * size
+        msgs.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    return msgs
+
+
+@pytest.mark.parametrize(
+    ("ids", "keys"),
+    [
+        (["call_r0", "call_r0#2", "call_r0"], ["call_r0", "call_r0#2", "call_r0#3"]),
+        (["call_r0", "call_r0", "call_r0#2"], ["call_r0", "call_r0#2", "call_r0#2#2"]),
+        (["a#2", "a", "a", "a"], ["a#2", "a", "a#3", "a#4"]),
+        (["a", "a#2#2", "a", "a#2"], ["a", "a#2#2", "a#2", "a#2#3"]),
+    ],
+)
+def test_client_ids_that_look_like_keys_never_share_one(ids: list[str], keys: list[str]) -> None:
+    """Issue 26 item 7: every tool result has its own key, whatever ids the client picks, and
+    each original comes back from its placeholder."""
+    msgs = _calls_and_results(ids)
+    assert list(reclaim_keys(msgs).values()) == keys
+    rb = rebuild(msgs, None)
+    rb.conversation.compact_toolcall(keep_max=0)
+    apply_compaction(rb)
+    assert rb.state.reclaimed == keys
+    sent = tool_contents(rb.upstream_messages())
+    assert sent == [placeholder_for(k) for k in keys]
+    for i, key in enumerate(keys):
+        assert rb.originals[key].startswith(f"result {i} ")
+        assert rb.conversation.compacted_toolcall_result(key) == msgs[2 + 2 * i]["content"]
+
+
+@pytest.mark.parametrize(
+    ("ids", "keys"),
+    [
+        (["xun-extract:h1"], ["xun-client:xun-extract:h1"]),
+        (["xun-client:a", "a"], ["xun-client:xun-client:a", "a"]),
+        (
+            ["xun-extract:h1", "xun-client:xun-extract:h1"],
+            ["xun-client:xun-extract:h1", "xun-client:xun-client:xun-extract:h1"],
+        ),
+    ],
+)
+def test_client_keys_never_take_a_hidden_results_key(ids: list[str], keys: list[str]) -> None:
+    """Hidden extract results are keyed `xun-extract:<call id>`: a client id of that form
+    is escaped (one to one), so both originals stay apart and extractable."""
+    msgs = _calls_and_results(ids)
+    assert list(reclaim_keys(msgs).values()) == keys
+    assert not any(k.startswith(HIDDEN_KEY_PREFIX) for k in keys)
+
+
+def test_a_client_id_shaped_like_a_hidden_key_keeps_its_own_original() -> None:
+    msgs = history(3)
+    msgs[2]["tool_calls"][0]["id"] = msgs[3]["tool_call_id"] = "xun-extract:ext1"
+    rb = rebuild(msgs, None)
+    own = [{"id": "own1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    function = {"name": "extract_compacted_tool_result", "arguments": '{"toolcall_id":"c1"}'}
+    ext = [{"id": "ext1", "type": "function", "function": function}]
+    # The proxy's answer: c1's original (hidden answers are re-derived from the client's own)
+    orig = answer_content(ext[0], rb.originals)
+    assert orig == msgs[5]["content"]
+    hidden = [{"role": "tool", "tool_call_id": "ext1", "content": orig}]
+    add_hidden(rb.state, len(msgs), own, ext, hidden)
+    state = record_turn(rb, total_tokens=10)
+    nxt = [
+        *msgs,
+        {"role": "assistant", "content": None, "tool_calls": own},
+        {"role": "tool", "tool_call_id": "own1", "content": "r"},
+    ]
+    rb = rebuild(nxt, state)
+    assert rb.originals["xun-extract:ext1"] == orig
+    assert rb.originals["xun-client:xun-extract:ext1"] == msgs[3]["content"]
+
+
+def test_keys_of_earlier_results_never_change_as_the_history_grows() -> None:
+    ids = ["x", "x", "x#2", "x#3", "x", "x#2"]
+    msgs = _calls_and_results(ids)
+    whole = reclaim_keys(msgs)
+    for n in range(1, len(msgs) + 1):
+        assert reclaim_keys(msgs[:n]) == {i: k for i, k in whole.items() if i < n}
+
+
+def test_a_state_saved_under_the_count_based_keys_still_reads() -> None:
+    """A state written before distinct keys (ids `r`, `r#2`, `r` then both gave `r#2`) is
+    read as is: its keys name the same results where they were distinct, and its colliding
+    key now names the one result whose key it is, the other going up whole."""
+    msgs = _calls_and_results(["r", "r#2", "r"])
+    state = compacted_state(msgs)
+    state.reclaimed = ["r", "r#2"]  # what the old scheme stored for all three
+    state = SessionState.from_bytes(state.to_bytes())
+    rb = rebuild(msgs, state)
+    assert rb.reset_reason is None
+    sent = tool_contents(rb.upstream_messages())
+    assert sent == [placeholder_for("r"), placeholder_for("r#2"), msgs[6]["content"]]
+    assert rb.originals["r#2"] == msgs[4]["content"]
 
 
 def test_hidden_extract_calls_are_reinserted_and_dropped_when_the_client_diverges() -> None:
@@ -361,3 +463,19 @@ def test_a_conversation_only_read_sends_the_clients_messages(system: Any, resent
     other.conversation.compact(lambda m: "SUM", keep_recent=7)
     assert not other.unchanged()
     assert other.upstream_messages() == _as_the_conversation_sends(other)[0]
+
+
+def test_without_level1_no_placeholder_is_written_nor_applied() -> None:
+    """Issue 26 item 8: a request whose client owns the extract tool's name rebuilds with
+    level 1 off: the compactor reclaims nothing and the state's reclaimed keys stay unapplied."""
+    msgs = history(8)
+    state = compacted_state(msgs)
+    assert state.reclaimed
+    rb = rebuild(msgs, SessionState.from_bytes(state.to_bytes()))
+    rb.level1 = False
+    assert tool_contents(rb.upstream_messages()) == tool_contents(msgs)
+    assert rb.conversation.compact_toolcall(keep_max=0).reclaimed_count == 0
+    fresh = rebuild(msgs, None)
+    fresh.level1 = False
+    assert fresh.conversation.compact_toolcall(keep_max=0).reclaimed_count == 0
+    assert fresh.conversation.reclaim(["c0"]) == 0

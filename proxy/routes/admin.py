@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
 from proxy.errors import InvalidRequest, NotFound
+from proxy.history import HIDDEN_KEY_PREFIX
 from proxy.routes.admin_base import (
     DetailQuery,
     ListQuery,
@@ -31,7 +32,7 @@ from proxy.routes.admin_base import (
 )
 from proxy.routes.admin_compact import compact_session
 from proxy.routes.admin_view import content_text, is_mid_system, message_items, wire_type
-from proxy.session import HIDDEN_KEY_PREFIX, Rebuild
+from proxy.session import Rebuild
 from proxy.session_state import SessionState
 from proxy.store import SessionInfo, StoreError
 from proxy.trail import counts as trail_counts

@@ -24,6 +24,7 @@ from proxy.relay import (
     visible_message,
 )
 from proxy.sse import DONE
+from proxy.tool_output import chat_content
 from proxy.upstream_reply import checked_completion
 from proxy.wire.base import JSON, Outgoing, Round, Usage, json_object
 
@@ -159,7 +160,9 @@ class ChatWire:
 
     def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
         out = dict(body)
-        out["messages"] = [*body["messages"], rnd.message, *results]
+        # Tool messages carry text parts only: other parts of an answer become markers.
+        answers = [{**r, "content": chat_content(r.get("content"))} for r in results]
+        out["messages"] = [*body["messages"], rnd.message, *answers]
         return out
 
     def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:

@@ -62,12 +62,14 @@ def part(block: Any) -> Any:
     if kind == "text" and isinstance(block.get("text"), str):
         return {"type": "text", "text": block["text"]}
     source = block.get("source") if kind == "image" else None
-    if isinstance(source, dict):
+    # Base64 and URL images only: another source (an uploaded file's id) has no URL to stand
+    # for it, so that block is kept as it is, and comes back as it was.
+    if isinstance(source, dict) and source.get("type") in ("base64", "url"):
         # Counted as "[image]", not as kilobytes of base64, by the core's size estimate.
         if source.get("type") == "base64":
             url = f"data:{source.get('media_type')};base64,{source.get('data')}"
         else:
-            url = str(source.get("url") or source.get("file_id") or "")
+            url = str(source.get("url") or "")
         return {"type": "image_url", "image_url": {"url": url}}
     return block
 

@@ -19,11 +19,13 @@ from typing import Any
 import orjson
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
+from proxy.tool_output import as_text
 from proxy.wire.base import Outgoing, Round
 from proxy.wire.messages_blocks import from_neutral
 from proxy.wire.messages_checks import MalformedRequest as MalformedRequest
 from proxy.wire.messages_checks import check_request as check_request
 from proxy.wire.messages_checks import request_error as request_error
+from proxy.wire.messages_content import from_parts
 
 MAX_BREAKPOINTS = 4
 SUMMARY_MAX_TOKENS = 8192  # Anthropic requires max_tokens; a summary of 8 sections fits
@@ -84,7 +86,11 @@ def continue_body(
     included), then one user message with the proxy's answers as `tool_result` blocks."""
     reply = rnd.raw if isinstance(rnd.raw, dict) else {}
     answers = [
-        {"type": "tool_result", "tool_use_id": str(r.get("tool_call_id")), "content": _text(r)}
+        {
+            "type": "tool_result",
+            "tool_use_id": str(r.get("tool_call_id")),
+            "content": result_content(r.get("content")),
+        }
         for r in results
     ]
     assistant = {"role": "assistant", "content": reply.get("content") or []}
@@ -92,9 +98,16 @@ def continue_body(
     return {**body, "messages": [*body.get("messages", []), *tail]}
 
 
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else content_text(content)
+def result_content(content: Any) -> Any:
+    """An extract answer as `tool_result` content: a string as is, parts back as the blocks
+    they came from (text and images in place, documents and the rest as sent)."""
+    if isinstance(content, list) and content:
+        # Without the original's cache breakpoints: the answer must not add any (at most 4).
+        return [
+            {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+            for b in from_parts(content)
+        ]
+    return content if isinstance(content, str) and content else as_text(content)
 
 
 def summary_body(

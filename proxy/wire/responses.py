@@ -16,11 +16,11 @@ import re
 from typing import Any
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
-from proxy.extract_tool import content_text
 from proxy.wire import responses_items as items
 from proxy.wire import responses_tool as tool
 from proxy.wire.base import JSON, Outgoing, Round, Unsupported, json_object
 from proxy.wire.provider_compaction import asks_responses
+from proxy.wire.responses_back import output_value
 from proxy.wire.responses_items import output_to_message
 from proxy.wire.responses_requests import summary_reply, summary_request, untied, upstream_input
 from proxy.wire.responses_rounds import merge_responses, round_of, shown_items, to_round, unmerge
@@ -159,7 +159,7 @@ class ResponsesWire:
             {
                 "type": "function_call_output",
                 "call_id": r.get("tool_call_id"),
-                "output": content_text(r.get("content")),
+                "output": output_value(r.get("content")),
             }
             for r in results
         ]

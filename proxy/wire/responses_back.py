@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from proxy.extract_tool import content_text
+from proxy.tool_output import as_text, part_text
 from proxy.wire.responses_items import CLIENT_ROLES, TEXT_OUTPUTS, X_ITEMS, output_content
 
 
@@ -36,10 +37,44 @@ def _function_call(call: dict[str, Any]) -> list[Any]:
     ]
 
 
+_PARTS = frozenset({"input_text", "input_image", "input_file", "text", "output_text"})
+
+
+def output_value(content: Any) -> str | list[Any]:
+    """Neutral tool content as a `function_call_output`'s `output`: a string as is; a list as
+    input parts in place (text, images, files); a list of other entries (a shell call's
+    stdout and stderr) as their text (`proxy.tool_output.as_text`). Never empty."""
+    if isinstance(content, str) and content:
+        return content
+    if not isinstance(content, list) or not content:
+        return as_text(content)
+    kinds = [p.get("type") if isinstance(p, dict) else None for p in content]
+    if not any(kind in _PARTS or kind == "image_url" for kind in kinds):
+        return as_text(content)
+    out: list[Any] = []
+    for part, kind in zip(content, kinds, strict=True):
+        if kind in ("input_image", "input_file") and (
+            part.get("image_url")
+            or part.get("file_id")
+            or part.get("file_data")
+            or part.get("file_url")
+        ):
+            out.append(part)
+        elif kind == "image_url":
+            out.append(_input_part(part))
+        else:
+            out.append({"type": "input_text", "text": part_text(part)})
+    return out
+
+
 def _tool_items(message: dict[str, Any], originals: Any) -> list[Any]:
     content = message.get("content")
     if not isinstance(originals, list):
-        output = content if isinstance(content, str) else content_text(content)
+        # Chat-style text parts (the core's own) as one text; the client's parts as they are.
+        chat_text = isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" for p in content
+        )
+        output = content_text(content) if chat_text else output_value(content)
         call_id = str(message.get("tool_call_id"))
         return [{"type": "function_call_output", "call_id": call_id, "output": output}]
     if len(originals) != 1 or not isinstance(originals[0], dict):

@@ -116,7 +116,10 @@ def output_content(item: dict[str, Any]) -> Any:
     """The content of the tool message an output item becomes."""
     if item.get("type") in FIXED_OUTPUTS:
         shot = item.get("output")
-        url = shot.get("image_url") or shot.get("file_id") if isinstance(shot, dict) else None
+        url = shot.get("image_url") if isinstance(shot, dict) else None
+        file_id = shot.get("file_id") if isinstance(shot, dict) else None
+        if not url and isinstance(file_id, str):  # an uploaded screenshot: named by its file
+            return [{"type": "input_image", "file_id": file_id}]
         return [{"type": "input_image", "image_url": url}]
     value = item["output"] if "output" in item else item.get("result")
     if isinstance(value, str):
