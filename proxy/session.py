@@ -342,6 +342,7 @@ def record_turn(
     total_tokens: Any,
     prompt_tokens: Any = None,
     cached_tokens: Any = None,
+    written_tokens: Any = None,
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
@@ -354,7 +355,7 @@ def record_turn(
     state = rb.state
     total_tokens = token_count(total_tokens)
     prompt_tokens = token_count(prompt_tokens)
-    cached_tokens = token_count(cached_tokens)
+    cached_tokens, written_tokens = token_count(cached_tokens), token_count(written_tokens)
     cover(rb)
     if keep_view:
         state.set_view(rb.messages, valid=rb.new_from if rb.reset_reason is None else 0)
@@ -367,6 +368,7 @@ def record_turn(
             "total_tokens": total_tokens,
             "prompt_tokens": prompt_tokens,
             "cached_tokens": cached_tokens,
+            "cache_write_tokens": written_tokens,  # the cost model's observed write share
             "compaction": compaction,
         }
     )

@@ -103,6 +103,9 @@ class MessagesWire:
     def can_inject(self, body: JSON) -> bool:
         return True
 
+    def cache_ttl(self, body: JSON) -> str | None:
+        return request.cache_ttl(body)
+
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         return request.upstream_body(body, out, tools, stream=stream)
 

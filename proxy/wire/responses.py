@@ -130,6 +130,9 @@ class ResponsesWire:
     def can_inject(self, body: JSON) -> bool:
         return True
 
+    def cache_ttl(self, body: JSON) -> str | None:
+        return None  # OpenAI caches on its own; its write price does not depend on a TTL
+
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)
         if out is None:
