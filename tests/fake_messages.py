@@ -145,7 +145,8 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
         for position, block in enumerate(parts):
             marked = isinstance(block, dict) and "cache_control" in block
             tokens = _tokens(_block_chars(block)) + (MESSAGE_OVERHEAD if position == 0 else 0)
-            items.append(({"role": message.get("role"), "block": block}, tokens, marked))
+            # The mark is no content: a breakpoint moved to a later block still finds this one.
+            items.append(({"role": message.get("role"), "block": _strip_cc(block)}, tokens, marked))
     chain = hashlib.sha256(str(body.get("model")).encode())
     segments = []
     for number, (obj, tokens, marked) in enumerate(items):

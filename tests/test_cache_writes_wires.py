@@ -16,10 +16,11 @@ import pytest
 
 from proxy.economics import observed_write_share
 from tests.agent import ModelScript
+from tests.claude_model import ReadFilesModel
 from tests.compacted import ADMIN_KEY, admin_headers
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.fake_upstream import FakeUpstream, Reply
-from tests.wire_sessions import wire_proxy
+from tests.wire_sessions import MESSAGES_TOOL, messages_file, wire_proxy
 
 PADDING = "Project notes: keep the build green and the logs short. " * 150  # ~2,100 tokens
 
@@ -179,3 +180,66 @@ def test_messages_cache_writes_are_recorded(stream: bool) -> None:
     assert [t["cache_write_tokens"] for t in turns] == [w for _, _, w in seen]
     assert [(t["prompt_tokens"], t["cached_tokens"]) for t in turns] == [(p, c) for p, c, _ in seen]
     assert observed_write_share(turns) == pytest.approx(1.0)  # all it was sent uncached
+
+
+def first_compaction(ttl: str | None) -> tuple[int, list[int]]:
+    """The turn at which the cost-aware strategy first compacts a Messages session whose
+    client marks its newest block for caching with this lifetime, and the writes recorded."""
+    mark: dict[str, Any] = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
+    with wire_proxy(admin_key=ADMIN_KEY, compactor="cache-aware", token_threshold=12000) as proxy:
+        paths = [f"src/file_{n:02d}.py" for n in range(1, 61)]
+        proxy.messages.policy = ReadFilesModel(paths, tool="read_file", path_key="path")
+        client = anthropic.Anthropic(
+            base_url=proxy.url,
+            api_key="sk-ant-client",
+            max_retries=0,
+            default_headers={"x-claude-code-session-id": f"ttl-{ttl}"},
+        )
+        system = [{"type": "text", "text": "You read files.", "cache_control": mark}]
+        messages: list[Any] = [
+            {"role": "user", "content": [{"type": "text", "text": "Read the files in order."}]}
+        ]
+        for turn in range(60):
+            # As Claude Code does: the newest user block carries the breakpoint.
+            *blocks, last = messages[-1]["content"]
+            newest = {"role": "user", "content": [*blocks, {**last, "cache_control": mark}]}
+            sent = [*messages[:-1], newest]
+            raw = client.messages.with_raw_response.create(
+                model="claude-opus-4-8",
+                max_tokens=4096,
+                system=system,
+                tools=[MESSAGES_TOOL],
+                thinking={"type": "enabled", "budget_tokens": 2048},
+                messages=sent,
+            )
+            if raw.headers["x-xun-compaction"] != "none":
+                written = [t["cache_write_tokens"] for t in turns_of(proxy.url)]
+                return turn, written
+            reply = raw.parse()
+            messages.append(
+                {"role": "assistant", "content": [b.model_dump() for b in reply.content]}
+            )
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": b.id,
+                            "content": messages_file(b.input["path"]),
+                        }
+                        for b in reply.content
+                        if b.type == "tool_use"
+                    ],
+                }
+            )
+    raise AssertionError("never compacted")
+
+
+def test_a_one_hour_cache_makes_the_rewrite_dearer_so_compaction_waits_longer() -> None:
+    """Anthropic bills a 1-hour cache write at 2x, a 5-minute one at 1.25x: the lifetime the
+    client asks for in `cache_control` prices the rewrite a compaction causes."""
+    five, writes = first_compaction(None)
+    hour, _ = first_compaction("1h")
+    assert all(isinstance(w, int) for w in writes) and max(writes) > 0  # writes recorded
+    assert hour > five
