@@ -24,8 +24,8 @@ THRESHOLDS = ("16k", "32k", "64k")
 READ = "0.1"
 
 
-def runs() -> dict[str, dict[str, Any]]:
-    found = {w: read_result(f"economy-writes-w{w}") for w in WRITE_FACTORS}
+def runs(tag: str = "writes") -> dict[str, dict[str, Any]]:
+    found = {w: read_result(f"economy-{tag}-w{w}") for w in WRITE_FACTORS}
     return {w: data for w, data in found.items() if data}
 
 
@@ -48,23 +48,12 @@ def costlier(data: dict[str, Any], config: str) -> tuple[list[str], list[str]]:
     return compacted, untouched
 
 
-def block() -> str:
-    data = runs()
-    if not data:
-        return "(no `economy-writes-w*` results yet)"
-    ws = [w for w in WRITE_FACTORS if w in data]
-    first = data[ws[0]]
-    out = [
-        f"{first['trajectories']} trajectories per run; runs at "
-        + ", ".join(f"{w}x ({data[w]['seconds']:.0f} s, commit {data[w]['commit']})" for w in ws)
-        + f". Cache reads {READ}x; cost = write factor x uncached prompt + {READ} x cached prompt"
-        " + summary completions, against direct calls billed the same way.",
-        "",
-    ]
+def totals(data: dict[str, dict[str, Any]], ws: list[str]) -> str:
+    """Cost and raw savings against direct, and the trajectories that cost more, by price."""
     heads = ["subset", "threshold"]
     heads += [f"cost saving {w}x %" for w in ws]
     heads += [f"raw saving {w}x %" for w in ws]
-    heads += [f"costlier than direct {w}x (compacted + never compacted)" for w in ws]
+    heads += [f"costlier than direct {w}x: compacted + never compacted" for w in ws]
     rows = []
     for subset in ("long", "all"):
         for t in THRESHOLDS:
@@ -82,8 +71,56 @@ def block() -> str:
                 compacted, untouched = costlier({**data[w], "per_trajectory": picked}, name)
                 row.append(f"{len(compacted)} + {len(untouched)}")
             rows.append(row)
-    out.append(table(heads, rows))
-    out.append("")
+    return table(heads, rows)
+
+
+def notes(data: dict[str, dict[str, Any]], ws: list[str]) -> list[str]:
+    """One line per price: the trajectories that cost more than direct, compacted or not."""
+    out = []
+    for w in ws:
+        compacted: list[str] = []
+        counts: list[str] = []
+        worst: list[tuple[float, str]] = []
+        for t in THRESHOLDS:
+            lost, untouched = costlier(data[w], f"xun@{t}")
+            compacted += [f"{label} at {t}" for label in lost]
+            counts.append(f"{len(untouched)} at {t}")
+            worst += [(float(u.rsplit("+", 1)[1].split()[0]), u) for u in untouched]
+        line = f"- {w}x: compacted and costlier than direct: " + ("; ".join(compacted) or "none")
+        if worst:
+            line += (
+                "; never compacted and costlier (the extract tool's definition in their"
+                f" requests): {' / '.join(counts)}, at most {max(worst)[1]}"
+            )
+        out.append(line + ".")
+    return out
+
+
+def header(data: dict[str, dict[str, Any]], ws: list[str]) -> str:
+    first = data[ws[0]]
+    return (
+        f"{first['trajectories']} trajectories per run; runs at "
+        + ", ".join(f"{w}x ({data[w]['seconds']:.0f} s, commit {data[w]['commit']})" for w in ws)
+        + "."
+    )
+
+
+def block() -> str:
+    data = runs()
+    if not data:
+        return "(no `economy-writes-w*` results yet)"
+    ws = [w for w in WRITE_FACTORS if w in data]
+    first = data[ws[0]]
+    out = [
+        "**Default settings** (`extract_tool: always`). "
+        + header(data, ws)
+        + f" Token counts: {first['token_counts']}. Cache reads {READ}x; cost = write factor x"
+        f" uncached prompt + {READ} x cached prompt + summary completions, direct calls billed"
+        " the same way.",
+        "",
+        totals(data, ws),
+        "",
+    ]
     heads = ["trajectory", "threshold", "direct peak"]
     heads += [f"cost saving {w}x %" for w in ws]
     heads += [f"L1+L2 {w}x" for w in ws]
@@ -99,18 +136,19 @@ def block() -> str:
             row += [pct(c.get(f"saving_cost_{READ}_pct")) for c in cells]
             row += [f"{c['level1']}+{c['level2']}" for c in cells]
             rows.append(row)
-    out.append(table(heads, rows))
-    for w in ws:
-        for t in THRESHOLDS:
-            compacted, untouched = costlier(data[w], f"xun@{t}")
-            if compacted:
-                out.append(f"\n- {w}x, {t}: compacted and costlier: " + "; ".join(compacted))
-            if untouched:
-                worst = max(untouched, key=lambda s: float(s.rsplit("+", 1)[1].split()[0]))
-                out.append(
-                    f"\n- {w}x, {t}: {len(untouched)} never compacted and cost more (the"
-                    f" extract tool's definition in every request; the most: {worst})"
-                )
+    out += [table(heads, rows), "", *notes(data, ws)]
+    after = runs("writes-after")
+    if after:
+        was = [w for w in WRITE_FACTORS if w in after]
+        out += [
+            "",
+            "**With `auto_compact.extract_tool: after_compaction`** (the tool joins a session's"
+            " requests with its first compaction). " + header(after, was),
+            "",
+            totals(after, was),
+            "",
+            *notes(after, was),
+        ]
     return "\n".join(out)
 
 

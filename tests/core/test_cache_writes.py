@@ -217,3 +217,44 @@ HOUR = {"type": "ephemeral", "ttl": "1h"}
 )
 def test_the_lifetime_the_client_asked_for(body: dict[str, Any], expected: str | None) -> None:
     assert cache_ttl(body) == expected
+
+
+def test_rounds_usage_sums_the_cache_writes_when_sent() -> None:
+    """Several upstream rounds (the proxy's hidden extract rounds) as one usage: the cache's
+    counts are added like the others; a count no round sent is not made up."""
+    from proxy.relay import usage_sum as chat_sum
+    from proxy.wire.responses_rounds import usage_sum as responses_sum
+
+    def chat(prompt: int, details: dict[str, int]) -> dict[str, Any]:
+        return {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,
+                "prompt_tokens_details": details}  # fmt: skip
+
+    summed = chat_sum(
+        [
+            chat(100, {"cached_tokens": 10, "cache_write_tokens": 90}),
+            chat(120, {"cached_tokens": 100, "cache_write_tokens": 20, "audio_tokens": 0}),
+        ]
+    )
+    assert summed is not None and summed["prompt_tokens"] == 220
+    assert summed["prompt_tokens_details"] == {
+        "cached_tokens": 110,
+        "cache_write_tokens": 110,
+        "audio_tokens": 0,
+    }
+    older = chat_sum([chat(100, {"cached_tokens": 10}), chat(120, {"cached_tokens": 100})])
+    assert older is not None and older["prompt_tokens_details"] == {"cached_tokens": 110}
+
+    def responses(prompt: int, details: dict[str, int]) -> dict[str, Any]:
+        return {"input_tokens": prompt, "output_tokens": 1, "total_tokens": prompt + 1,
+                "input_tokens_details": details}  # fmt: skip
+
+    summed = responses_sum(
+        [
+            responses(100, {"cached_tokens": 0, "cache_write_tokens": 100}),
+            responses(130, {"cached_tokens": 100, "cache_write_tokens": 30}),
+        ]
+    )
+    assert summed is not None
+    assert summed["input_tokens_details"] == {"cached_tokens": 100, "cache_write_tokens": 130}
+    older = responses_sum([responses(100, {"cached_tokens": 0}), responses(130, {})])
+    assert older is not None and older["input_tokens_details"] == {"cached_tokens": 0}
