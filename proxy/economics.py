@@ -111,6 +111,18 @@ def observed_write_share(
     return sum(recent) / len(recent) if recent else None
 
 
+def write_terms(
+    model: str | None,
+    ttl: str | None,
+    turns: Sequence[Mapping[str, Any]] | TurnLog,
+    overrides: Mapping[str, float | Mapping[str, float]] | None = None,
+) -> tuple[float, float]:
+    """(the write factor, the share written) for `Economics`: the share as observed, 1.0
+    (every uncached token written) when the upstream never reported its writes."""
+    share = observed_write_share(turns)
+    return write_factor_for(model, ttl, overrides), 1.0 if share is None else share
+
+
 def _may_count_writes(line: str) -> bool:
     """Whether a stored line may hold a `cache_write_tokens` count (else it is not decoded)."""
     if "\\" in line:

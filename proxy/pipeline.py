@@ -22,13 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
-from proxy.economics import (
-    Economics,
-    cache_factor_for,
-    observed_hit_ratio,
-    observed_write_share,
-    write_factor_for,
-)
+from proxy.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import answer, split_calls
@@ -164,7 +158,7 @@ class Pipeline:
         window = state.context_window or known_window(model, self.settings.context_windows)
         observed = observed_hit_ratio(state.turn_log)
         ttl = self.wire.cache_ttl(self.client_body)  # the write price depends on it
-        written = observed_write_share(state.turn_log)
+        writes = write_terms(model, ttl, state.turn_log, self.settings.cache_write_factors)
         return Economics(
             cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
             hit_ratio=1.0 if observed is None else observed,
@@ -177,8 +171,8 @@ class Pipeline:
             # The first compaction rewrites the tools block too when it is what adds the
             # proxy's tool (extract_tool = after_compaction).
             rewrites_all=not state.compacted and self.turn.defer_extract_tool,
-            write_factor=write_factor_for(model, ttl, self.settings.cache_write_factors),
-            write_share=1.0 if written is None else written,
+            write_factor=writes[0],
+            write_share=writes[1],
         )
 
     def response_headers(self) -> dict[str, str]:

@@ -258,3 +258,18 @@ def test_rounds_usage_sums_the_cache_writes_when_sent() -> None:
     assert summed["input_tokens_details"] == {"cached_tokens": 100, "cache_write_tokens": 130}
     older = responses_sum([responses(100, {"cached_tokens": 0}), responses(130, {})])
     assert older is not None and older["input_tokens_details"] == {"cached_tokens": 0}
+
+
+@pytest.mark.parametrize(
+    ("model", "ttl", "turns", "expected"),
+    [
+        ("claude-opus-4-6", "1h", [], (2.0, 1.0)),  # nothing reported yet: all written
+        ("claude-opus-4-6", None, [rec(100, 50, 25)], (1.25, 0.5)),
+        ("gpt-4o", None, [rec(100, 0, 0)], (1.0, 0.0)),
+    ],
+)
+def test_write_terms(
+    model: str, ttl: str | None, turns: list[dict[str, Any]], expected: tuple[float, float]
+) -> None:
+    assert economics.write_terms(model, ttl, turns) == expected
+    assert economics.write_terms(model, ttl, TurnLog.of(turns)) == expected
