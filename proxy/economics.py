@@ -126,16 +126,17 @@ def write_terms(
 def _may_count_writes(line: str) -> bool:
     """Whether a stored line may hold a `cache_write_tokens` count (else it is not decoded)."""
     if "\\" in line:
-        return True
-    return "cache_write_tokens" in line and '"cache_write_tokens":null' not in line
+        return True  # an escape could spell the key another way
+    n = line.count("cache_write_tokens")
+    return n > 1 or (n == 1 and '"cache_write_tokens":null' not in line)
 
 
 def _written_share(turn: Mapping[str, Any]) -> float | None:
     written, prompt = turn.get("cache_write_tokens"), turn.get("prompt_tokens")
     cached = turn.get("cached_tokens")
-    if not (isinstance(written, int) and isinstance(prompt, int)):
-        return None
-    uncached = prompt - (cached if isinstance(cached, int) else 0)
+    if type(written) is not int or type(prompt) is not int or written < 0:
+        return None  # not counts (a damaged record): ignored
+    uncached = prompt - (cached if type(cached) is int else 0)
     return min(1.0, written / uncached) if uncached > 0 else None
 
 

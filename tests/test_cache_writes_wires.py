@@ -182,9 +182,10 @@ def test_messages_cache_writes_are_recorded(stream: bool) -> None:
     assert observed_write_share(turns) == pytest.approx(1.0)  # all it was sent uncached
 
 
-def first_compaction(ttl: str | None) -> tuple[int, list[int]]:
+def first_compaction(ttl: str | None) -> tuple[int, list[int], Any]:
     """The turn at which the cost-aware strategy first compacts a Messages session whose
-    client marks its newest block for caching with this lifetime, and the writes recorded."""
+    client marks its newest block for caching with this lifetime, the writes recorded, and
+    the last reply's `cache_creation` (the writes by lifetime)."""
     mark: dict[str, Any] = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
     with wire_proxy(admin_key=ADMIN_KEY, compactor="cache-aware", token_threshold=12000) as proxy:
         paths = [f"src/file_{n:02d}.py" for n in range(1, 61)]
@@ -214,7 +215,7 @@ def first_compaction(ttl: str | None) -> tuple[int, list[int]]:
             )
             if raw.headers["x-xun-compaction"] != "none":
                 written = [t["cache_write_tokens"] for t in turns_of(proxy.url)]
-                return turn, written
+                return turn, written, raw.parse().usage.cache_creation
             reply = raw.parse()
             messages.append(
                 {"role": "assistant", "content": [b.model_dump() for b in reply.content]}
@@ -239,7 +240,9 @@ def first_compaction(ttl: str | None) -> tuple[int, list[int]]:
 def test_a_one_hour_cache_makes_the_rewrite_dearer_so_compaction_waits_longer() -> None:
     """Anthropic bills a 1-hour cache write at 2x, a 5-minute one at 1.25x: the lifetime the
     client asks for in `cache_control` prices the rewrite a compaction causes."""
-    five, writes = first_compaction(None)
-    hour, _ = first_compaction("1h")
+    five, writes, by_ttl = first_compaction(None)
     assert all(isinstance(w, int) for w in writes) and max(writes) > 0  # writes recorded
+    assert by_ttl.ephemeral_5m_input_tokens > 0 and by_ttl.ephemeral_1h_input_tokens == 0
+    hour, _, by_ttl = first_compaction("1h")
+    assert by_ttl.ephemeral_1h_input_tokens > 0 and by_ttl.ephemeral_5m_input_tokens == 0
     assert hour > five

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy import economics
 from proxy.cache_compact import CacheAwareCompactor
@@ -273,3 +276,34 @@ def test_write_terms(
 ) -> None:
     assert economics.write_terms(model, ttl, turns) == expected
     assert economics.write_terms(model, ttl, TurnLog.of(turns)) == expected
+
+
+_records = st.fixed_dictionaries(
+    {},
+    optional={
+        "compaction": st.sampled_from(["none", "summary"]),
+        "cache_write_tokens": st.one_of(st.none(), st.booleans(), st.integers(-2, 60)),
+        "cached_tokens": st.one_of(st.none(), st.integers(-2, 50), st.floats(0, 50)),
+        "prompt_tokens": st.one_of(st.none(), st.integers(-2, 80), st.text(max_size=2)),
+        "note": st.sampled_from(["cache_write_tokens", '"cache_write_tokens":3', "a\\b"]),
+    },
+)
+_damaged = st.sampled_from(
+    [
+        "",
+        "{",
+        "null",
+        '{"cache_write_tokens": 5, "prompt_tokens": 10}',  # not as orjson writes it
+        '{"cache_write_tokens":null,"cache_write_tokens":4,"prompt_tokens":10}',  # last wins
+        '{"cache\\u005fwrite_tokens":5,"prompt_tokens":10}',  # the key spelled with an escape
+    ]
+)
+
+
+@given(st.lists(st.one_of(_records, _records, _damaged), max_size=30), st.integers(1, 10))
+def test_the_lazy_write_share_agrees_with_reading_every_record(
+    lines: list[Any], window: int
+) -> None:
+    text = "\n".join(x if isinstance(x, str) else orjson.dumps(x).decode() for x in lines)
+    expected = observed_write_share(TurnLog(text).records(), window)
+    assert observed_write_share(TurnLog(text), window) == expected
