@@ -238,13 +238,28 @@ def cache_ttl(body: JSON) -> str | None:
         return _ttl(top)
     messages = body.get("messages")
     for msg in reversed(messages if isinstance(messages, list) else []):
-        marks = [mark for *_, mark in _message_breakpoints([msg])]
-        if marks:
-            return _ttl(marks[-1])
+        content = msg.get("content") if isinstance(msg, dict) else None
+        for block in reversed(content if isinstance(content, list) else ()):
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                inner = _last_mark(block["content"])
+                if inner is not None:
+                    return _ttl(inner)
+            if isinstance(block.get("cache_control"), dict):
+                return _ttl(block["cache_control"])
     for blocks in (body.get("system"), body.get("tools")):
         marks = list(_marks(blocks))
         if marks:
             return _ttl(marks[-1])
+    return None
+
+
+def _last_mark(blocks: list[Any]) -> dict[str, Any] | None:
+    for block in reversed(blocks):
+        if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
+            mark: dict[str, Any] = block["cache_control"]
+            return mark
     return None
 
 
