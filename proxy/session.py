@@ -368,7 +368,8 @@ def record_turn(
             "total_tokens": total_tokens,
             "prompt_tokens": prompt_tokens,
             "cached_tokens": cached_tokens,
-            "cache_write_tokens": written_tokens,  # the cost model's observed write share
+            # The cost model's observed write share; kept only where the upstream reports it.
+            **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
         }
     )

@@ -307,3 +307,17 @@ def test_the_lazy_write_share_agrees_with_reading_every_record(
     text = "\n".join(x if isinstance(x, str) else orjson.dumps(x).decode() for x in lines)
     expected = observed_write_share(TurnLog(text).records(), window)
     assert observed_write_share(TurnLog(text), window) == expected
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [(120, 120), (0, 0), (None, None), ("12", None), (-1, None), (True, None)],
+)
+def test_a_turn_keeps_its_cache_writes_only_when_reported(written: Any, kept: Any) -> None:
+    from proxy.session import rebuild, record_turn
+
+    messages = [{"role": "user", "content": "hi"}]
+    state = record_turn(rebuild(messages, None), total_tokens=10, written_tokens=written)
+    record = state.turn_log.records()[-1]
+    assert record.get("cache_write_tokens") == kept
+    assert ("cache_write_tokens" in record) is (kept is not None)  # no null kept: bytes saved
