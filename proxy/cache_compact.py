@@ -10,8 +10,9 @@ summary in the system message) and changes the decisions:
   `target_ratio` of it, in practice the preamble, the summary and a small tail), so the next
   compaction is many turns away;
 - break-even: a compaction runs only when the tokens it removes, billed at the cached price
-  over the expected remaining turns, outweigh re-sending the rewritten part uncached plus the
-  summary call; otherwise it waits, but never past the model's window (the hard ceiling);
+  over the expected remaining turns, outweigh re-sending the rewritten part uncached (written
+  into the cache again at the model's cache-write price) plus the summary call; otherwise it
+  waits, but never past the model's window (the hard ceiling);
 - no loops: no new summary until the session grew by more than the last one removed.
 
 Pure: the summariser is injected, prices and history come in an `Economics`.
@@ -232,11 +233,14 @@ class CacheAwareCompactor(CompactorAbstract):
         shares = self.shares_prefix
         if shares is None:
             shares = bool(getattr(agent.summarize, "shares_prefix", False))
+        # The summary request repeats the cached conversation (or sends the summarised part
+        # uncached); what it sends uncached is written into the cache at the write price.
         if shares:
             summary_prompt = sizes.total * econ.effective_price
         else:
-            summary_prompt = sum(tokens[i] for i in cut.summarized_indices())
-        summary_cost = summary_prompt + SUMMARY_INSTRUCTION_TOKENS + SUMMARY_OUTPUT_TOKENS
+            summary_prompt = sum(tokens[i] for i in cut.summarized_indices()) * econ.write_price
+        instruction = SUMMARY_INSTRUCTION_TOKENS * econ.write_price
+        summary_cost = summary_prompt + instruction + SUMMARY_OUTPUT_TOKENS
         return Plan(
             "summary",
             reclaim.reclaim,

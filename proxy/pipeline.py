@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
-from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
+from proxy.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import split_calls
@@ -41,8 +41,6 @@ from proxy.wire.base import JSON, Round, Usage, Wire
 
 log = logging.getLogger("proxy.pipeline")
 
-# Anthropic bills a prompt token written to its (5-minute) cache at 1.25x uncached input.
-ANTHROPIC_CACHE_WRITE = 1.25
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -166,6 +164,8 @@ class Pipeline:
         model = str(self.client_body.get("model") or "")
         window = state.context_window or known_window(model, self.settings.context_windows)
         observed = observed_hit_ratio(state.turn_log)
+        ttl = self.wire.cache_ttl(self.client_body)  # the write price depends on it
+        writes = write_terms(model, ttl, state.turn_log, self.settings.cache_write_factors)
         return Economics(
             cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
             hit_ratio=1.0 if observed is None else observed,
@@ -178,7 +178,8 @@ class Pipeline:
             # The first compaction rewrites the tools block too when it is what adds the
             # proxy's tool (extract_tool = after_compaction).
             rewrites_all=not state.compacted and self.turn.defer_extract_tool,
-            write_factor=ANTHROPIC_CACHE_WRITE if self.wire.name == "messages" else 1.0,
+            write_factor=writes[0],
+            write_share=writes[1],
         )
 
     def response_headers(self) -> dict[str, str]:
@@ -370,6 +371,7 @@ class Pipeline:
                     total_tokens=usage.total,
                     prompt_tokens=usage.prompt,
                     cached_tokens=usage.cached,
+                    written_tokens=usage.written,
                     compaction=self.turn.compaction,
                 )
             await self.turn.save(wait=False)

@@ -50,12 +50,9 @@ _Results = tuple[dict[int, str], dict[str, Any]]  # tool results: keys, original
 
 @dataclass
 class Rebuild:
-    """A client's request rebuilt into a Conversation under a session's state.
-
-    The `Conversation` is built when first asked for: a session with nothing compacted sends
-    the client's messages as they are, and needs it only when compaction is considered. So
-    are the tool results' keys and contents (`keys`, `originals`).
-    """
+    """A client's request rebuilt into a Conversation under a session's state. It and the
+    tool results' `keys` and `originals` are built when first asked for: a session with nothing
+    compacted sends the client's messages as they are, and needs them only to compact."""
 
     messages: list[dict[str, Any]]
     state: SessionState
@@ -347,6 +344,7 @@ def record_turn(
     total_tokens: Any,
     prompt_tokens: Any = None,
     cached_tokens: Any = None,
+    written_tokens: Any = None,
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
@@ -354,12 +352,12 @@ def record_turn(
     """Note that the upstream answered this request: the prefix covered and the usage.
 
     The usage numbers come from the upstream's reply as they were: one that is not a token
-    count (a string, a float, a negative number) is ignored for this turn, never stored.
+    count (a string, a float, a negative number) is ignored for this turn, never stored. Cache
+    writes (the cost model's observed write share) are kept only where the upstream reports them.
     """
     state = rb.state
-    total_tokens = token_count(total_tokens)
-    prompt_tokens = token_count(prompt_tokens)
-    cached_tokens = token_count(cached_tokens)
+    total_tokens, prompt_tokens = token_count(total_tokens), token_count(prompt_tokens)
+    cached_tokens, written_tokens = token_count(cached_tokens), token_count(written_tokens)
     cover(rb)
     if keep_view:
         state.set_view(rb.messages, valid=rb.new_from if rb.reset_reason is None else 0)
@@ -372,6 +370,7 @@ def record_turn(
             "total_tokens": total_tokens,
             "prompt_tokens": prompt_tokens,
             "cached_tokens": cached_tokens,
+            **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
         }
     )

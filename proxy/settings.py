@@ -28,6 +28,7 @@ MiB = 1024 * 1024
 DAY = 24 * 60 * 60
 _HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_WriteFactor = Annotated[float, Field(ge=0, le=10)]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("extract_tool", "auto_compact.extract_tool", "XUN_EXTRACT_TOOL"),
     Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
+    Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
     Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
@@ -188,6 +190,11 @@ class Settings(BaseSettings):
     # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
     # compactor's defaults (proxy.economics) apply to models not listed.
     cache_read_factors: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
+    # Cache-write price relative to uncached input, by model-name prefix: one factor, or one
+    # per cache lifetime ({"5m": 1.25, "1h": 2.0}); proxy.economics has the defaults.
+    cache_write_factors: dict[str, _WriteFactor | dict[Literal["5m", "1h"], _WriteFactor]] = Field(
+        default_factory=dict
+    )
 
     admin_key: SecretStr | None = None
     # X-Session-Id, then the ids agents send on their own: Codex CLI (`session_id`, or
@@ -305,7 +312,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if option.env is None or option.env not in env:
             continue
         raw: Any = env[option.env]
-        if option.field in ("context_windows", "cache_read_factors"):
+        if option.field in ("context_windows", "cache_read_factors", "cache_write_factors"):
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:

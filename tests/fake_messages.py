@@ -133,6 +133,12 @@ class _Segment:
     tokens: int
     breakpoint: bool
     digest: str  # hash of the whole prefix up to and including this segment
+    ttl: str = "5m"  # the cache lifetime its breakpoint asks for
+
+
+def _ttl(obj: Any) -> str:
+    mark = obj.get("cache_control") if isinstance(obj, dict) else None
+    return "1h" if isinstance(mark, dict) and mark.get("ttl") == "1h" else "5m"
 
 
 def _segments(body: dict[str, Any]) -> list[_Segment]:
@@ -141,14 +147,17 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
     The priming tokens every prompt pays ride on the first segment.
     """
     items: list[tuple[Any, int, bool]] = []
+    ttls: list[str] = []
     for tool in body.get("tools") or []:
         marked = isinstance(tool, dict) and "cache_control" in tool
         items.append((tool, _tokens(len(json.dumps(_strip_cc(tool)))), marked))
+        ttls.append(_ttl(tool))
     system = body.get("system")
     blocks = [system] if isinstance(system, str) else system or []
     for block in blocks:
         marked = isinstance(block, dict) and "cache_control" in block
         items.append((block, _tokens(_block_chars(block)), marked))
+        ttls.append(_ttl(block))
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             continue
@@ -157,12 +166,15 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
         for position, block in enumerate(parts):
             marked = isinstance(block, dict) and "cache_control" in block
             tokens = _tokens(_block_chars(block)) + (MESSAGE_OVERHEAD if position == 0 else 0)
-            items.append(({"role": message.get("role"), "block": block}, tokens, marked))
+            # The mark is no content: a breakpoint moved to a later block still finds this one.
+            items.append(({"role": message.get("role"), "block": _strip_cc(block)}, tokens, marked))
+            ttls.append(_ttl(block))
     chain = hashlib.sha256(str(body.get("model")).encode())
     segments = []
     for number, (obj, tokens, marked) in enumerate(items):
         chain.update(_canonical(obj))
-        segments.append(_Segment(tokens + (3 if number == 0 else 0), marked, chain.hexdigest()))
+        tokens += 3 if number == 0 else 0
+        segments.append(_Segment(tokens, marked, chain.hexdigest(), ttls[number]))
     return segments
 
 
@@ -511,13 +523,19 @@ class FakeMessages(FakeUpstream):
                     self._cache.add(segments[mark].digest)
                     written = max(written, ends[mark])
         creation = max(0, written - read)
+        # Each written stretch is billed at the lifetime of the breakpoint that ends it.
+        by_ttl, start = {"5m": 0, "1h": 0}, read
+        for mark in marks:
+            if ends[mark] > start and ends[mark] <= written:
+                by_ttl[segments[mark].ttl] += ends[mark] - start
+                start = ends[mark]
         return {
             "input_tokens": total - read - creation,
             "cache_creation_input_tokens": creation,
             "cache_read_input_tokens": read,
             "cache_creation": {
-                "ephemeral_5m_input_tokens": creation,
-                "ephemeral_1h_input_tokens": 0,
+                "ephemeral_5m_input_tokens": by_ttl["5m"],
+                "ephemeral_1h_input_tokens": by_ttl["1h"],
             },
             "service_tier": "standard",
         }

@@ -8,7 +8,9 @@ completions, same server) whose `/v1/responses` plays a scripted model:
 - answers as OpenAI does: the whole `response` object, or the event stream (`event:` lines,
   `data:` JSON with `type` and `sequence_number`, `response.created` ... `response.completed`);
 - usage grows with the request (`count_input_tokens`, about chars / 4), with a prompt cache
-  (`cached_tokens`) for the longest prefix shared with an earlier request;
+  (`cached_tokens`) for the longest prefix shared with an earlier request; from GPT-5.6 on
+  (which bills cache writes) `cache_write_tokens` counts what the request added to the cache
+  (its cacheable prefix beyond what was read), 0 for earlier models;
 - refuses what OpenAI refuses, in its error shape: an input longer than `context_window`
   (400 `context_length_exceeded`), an output without its call, a call without its output,
   a reasoning item without its following item, an `encrypted_content` it never issued,
@@ -55,6 +57,7 @@ from tests.fake_upstream import (
 _ITEM_OVERHEAD = 4  # tokens per input item, for its role and separators
 _CACHE_MIN = 1024  # OpenAI caches prompts from 1024 tokens on, in steps of 128
 _CACHE_STEP = 128
+_WRITES_BILLED = re.compile(r"(?:^|/)gpt-(\d+)(?:\.(\d+))?")  # from GPT-5.6 on
 _OUTPUT_ITEM_TYPES = {
     "message",
     "function_call",
@@ -123,6 +126,15 @@ def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(given, str):
         return [{"type": "message", "role": "user", "content": given}]
     return [i for i in given if isinstance(i, dict)] if isinstance(given, list) else []
+
+
+def cache_writes(model: Any, tokens: int, cached: int) -> int:
+    """What a request writes into the cache, as GPT-5.6 and later report it (0 before)."""
+    version = _WRITES_BILLED.search(str(model or "").lower())
+    if version is None or (int(version[1]), int(version[2] or 0)) < (5, 6):
+        return 0
+    cacheable = 0 if tokens < _CACHE_MIN else tokens // _CACHE_STEP * _CACHE_STEP
+    return max(0, cacheable - cached)
 
 
 def count_input_tokens(body: dict[str, Any], items: list[dict[str, Any]] | None = None) -> int:
@@ -307,7 +319,7 @@ class _Rendered:
             "input_tokens": usage["input_tokens"],
             "input_tokens_details": {
                 "cached_tokens": usage["cached_tokens"],
-                "cache_write_tokens": 0,
+                "cache_write_tokens": usage.get("cache_write_tokens", 0),
             },
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": reasoning},
@@ -586,7 +598,9 @@ class FakeResponses(FakeUpstream):
         )
         if turn.status != 200 and not turn.failed:
             return self._json(record, turn.status, {"error": turn.error})
-        usage = {"input_tokens": tokens, "cached_tokens": self._cached_tokens(body, items)}
+        cached = self._cached_tokens(body, items)
+        written = cache_writes(body.get("model"), tokens, cached)
+        usage = {"input_tokens": tokens, "cached_tokens": cached, "cache_write_tokens": written}
         rendered = _Rendered(self, body, turn, usage)
         with self._lock:
             self._answers[id(record)] = rendered.response

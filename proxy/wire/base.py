@@ -39,6 +39,7 @@ class Usage:
     prompt: int | None = None  # what the prompt was billed, cached part included
     cached: int | None = None  # the cached part of the prompt
     output: int | None = None  # what the reply was billed
+    written: int | None = None  # the part of the prompt written into the cache (billed apart)
 
 
 @dataclass
@@ -141,6 +142,11 @@ class Wire(Protocol):
     def provider_compacts(self, body: JSON) -> bool:
         """Whether the request asks the provider to compact it (`proxy.wire.provider_compaction`):
         the proxy then compacts nothing of its own in it."""
+        ...
+
+    def cache_ttl(self, body: JSON) -> str | None:
+        """The cache lifetime the request asks for where the API lets it ("5m", "1h"): it
+        sets the price of cache writes (`proxy.economics.write_factor_for`)."""
         ...
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:

@@ -36,11 +36,13 @@ def usage_of(usage: Any) -> Usage | None:
     if not isinstance(usage, dict):
         return None
     details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(details, dict):
+        details = {}
     return Usage(
         total=token_count(usage.get("total_tokens")),
         prompt=token_count(usage.get("prompt_tokens")),
-        cached=token_count(cached),
+        cached=token_count(details.get("cached_tokens")),
+        written=token_count(details.get("cache_write_tokens")),  # billed from GPT-5.6 on
     )
 
 
@@ -145,6 +147,9 @@ class ChatWire:
     def can_inject(self, body: JSON) -> bool:
         n = body.get("n")
         return n is None or n == 1
+
+    def cache_ttl(self, body: JSON) -> str | None:
+        return None  # OpenAI caches on its own; its write price does not depend on a TTL
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)

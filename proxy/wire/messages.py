@@ -108,6 +108,9 @@ class MessagesWire:
     def provider_compacts(self, body: JSON) -> bool:
         return asks_messages(body)
 
+    def cache_ttl(self, body: JSON) -> str | None:
+        return request.cache_ttl(body)
+
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         return request.upstream_body(body, out, tools, stream=stream)
 

@@ -50,15 +50,17 @@ def usage_of(usage: Any) -> Usage | None:
     """Messages usage as the trigger and the cost model read it (None when unreadable).
 
     The prompt is every input token, cached or not: Anthropic counts cache reads and cache
-    writes apart from `input_tokens`.
+    writes (`cache_creation_input_tokens`, 5-minute and 1-hour together) apart from
+    `input_tokens`.
     """
     total = usage_total(usage)
     if total is None:
         return None
     read = token_count(usage.get("cache_read_input_tokens")) or 0
-    written = token_count(usage.get("cache_creation_input_tokens")) or 0
-    prompt = usage["input_tokens"] + read + written
-    return Usage(total=total, prompt=prompt, cached=read, output=usage["output_tokens"])
+    written = token_count(usage.get("cache_creation_input_tokens"))
+    prompt = usage["input_tokens"] + read + (written or 0)
+    output = usage["output_tokens"]
+    return Usage(total=total, prompt=prompt, cached=read, output=output, written=written)
 
 
 def usage_sum(usages: list[Any]) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ import orjson
 
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
 from proxy.tool_output import as_text
-from proxy.wire.base import Outgoing, Round
+from proxy.wire.base import JSON, Outgoing, Round
 from proxy.wire.messages_blocks import from_neutral
 from proxy.wire.messages_checks import MalformedRequest as MalformedRequest
 from proxy.wire.messages_checks import check_request as check_request
@@ -241,6 +241,43 @@ def _message_breakpoints(messages: Sequence[Any]) -> Iterator[Where]:
             for n, inner in enumerate(nested if isinstance(nested, list) else ()):
                 if isinstance(inner, dict) and isinstance(inner.get("cache_control"), dict):
                     yield k, b, n, inner["cache_control"]
+
+
+def cache_ttl(body: JSON) -> str | None:
+    """The cache lifetime ("5m" or "1h") of the request's last breakpoint, which covers its
+    newest messages, those a compaction rewrites; None when it asks for no caching."""
+    top = body.get("cache_control")  # automatic caching: a mark on the last block
+    if isinstance(top, dict):
+        return _ttl(top)
+    messages = body.get("messages")
+    for msg in reversed(messages if isinstance(messages, list) else []):
+        content = msg.get("content") if isinstance(msg, dict) else None
+        for block in reversed(content if isinstance(content, list) else []):
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                inner = _last_mark(block["content"])
+                if inner is not None:
+                    return _ttl(inner)
+            if isinstance(block.get("cache_control"), dict):
+                return _ttl(block["cache_control"])
+    for blocks in (body.get("system"), body.get("tools")):
+        marks = list(_marks(blocks))
+        if marks:
+            return _ttl(marks[-1])
+    return None
+
+
+def _last_mark(blocks: list[Any]) -> dict[str, Any] | None:
+    for block in reversed(blocks):
+        if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
+            mark: dict[str, Any] = block["cache_control"]
+            return mark
+    return None
+
+
+def _ttl(mark: dict[str, Any]) -> str:
+    return "1h" if mark.get("ttl") == "1h" else "5m"
 
 
 def count_breakpoints(system: Any, tools: Any, messages: Sequence[Any]) -> int:

@@ -135,6 +135,9 @@ class ResponsesWire:
     def provider_compacts(self, body: JSON) -> bool:
         return asks_responses(body)
 
+    def cache_ttl(self, body: JSON) -> str | None:
+        return None  # OpenAI caches on its own; its write price does not depend on a TTL
+
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)
         if out is None:

@@ -23,9 +23,11 @@ from proxy.wire.responses_items import X_ITEMS, output_to_message
 from proxy.wire.responses_tool import is_extract_item, is_extract_tool
 
 _SUMMED = ("input_tokens", "output_tokens", "total_tokens")
+# (details, count, whether the sum is written even when no round sent the count)
 _SUMMED_DETAILS = (
-    ("input_tokens_details", "cached_tokens"),
-    ("output_tokens_details", "reasoning_tokens"),
+    ("input_tokens_details", "cached_tokens", True),
+    ("input_tokens_details", "cache_write_tokens", False),  # reported from GPT-5.6 on
+    ("output_tokens_details", "reasoning_tokens", True),
 )
 
 
@@ -41,11 +43,11 @@ def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
     total = copy.deepcopy(found[-1])
     for key in _SUMMED:
         total[key] = sum(_int(u.get(key)) for u in found)
-    for parent, key in _SUMMED_DETAILS:
+    for parent, key, always in _SUMMED_DETAILS:
         details: list[dict[str, Any]] = [
             u[parent] for u in found if isinstance(u.get(parent), dict)
         ]
-        if details:
+        if details and (always or any(key in d for d in details)):
             merged: dict[str, Any] = dict(total.get(parent) or {})
             merged[key] = sum(_int(d.get(key)) for d in details)
             total[parent] = merged
@@ -161,12 +163,14 @@ def usage_of(usage: Any) -> Usage | None:
     if not isinstance(usage, dict):
         return None
     details = usage.get("input_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(details, dict):
+        details = {}
     prompt, output = token_count(usage.get("input_tokens")), token_count(usage.get("output_tokens"))
     total = token_count(usage.get("total_tokens"))
     if total is None and prompt is not None and output is not None:
         total = prompt + output
-    return Usage(total=total, prompt=prompt, cached=token_count(cached), output=output)
+    cached, written = details.get("cached_tokens"), details.get("cache_write_tokens")
+    return Usage(total, prompt, token_count(cached), output, token_count(written))
 
 
 def shown_items(raw: Any) -> list[list[Any]] | None:

@@ -17,9 +17,12 @@ default). The replay upstream reports usage counted with tiktoken o200k_base (se
 `tests.bench.tokens`), answers the proxy's summary requests with a DETERMINISTIC LOCAL
 summariser (`tests.bench.local_summary`), and treats the longest common prefix (tools block,
 then whole messages) with the same session's previous request as cached. Cache-aware cost =
-uncached prompt tokens + cache factor x cached prompt tokens + completion tokens of the summary
-calls, over the turns and the summary calls (a summary call is cached by the same rule against
-the session's previous turn, and does not replace it).
+write factor x uncached prompt tokens + cache factor x cached prompt tokens + completion tokens
+of the summary calls, over the turns and the summary calls (a summary call is cached by the
+same rule against the session's previous turn, and does not replace it). Every uncached prompt
+token is written into the cache (the next request reads it), so the replay upstream reports it
+as `cache_write_tokens`, as GPT-5.6 does; `--write-factor` (default 1.0: writes free) prices
+those writes, as Anthropic (1.25x, 2x for its 1-hour cache) and GPT-5.6 on (1.25x) bill them.
 
 After each trajectory the client sends one extra probe request (not counted): the upstream
 asks, through the proxy's extract tool, for every tool result it ever saw as a placeholder,
@@ -239,7 +242,11 @@ def completion(message: dict[str, Any], prompt: int, cached: int, out: int) -> d
             "prompt_tokens": prompt,
             "completion_tokens": out,
             "total_tokens": prompt + out,
-            "prompt_tokens_details": {"cached_tokens": cached},
+            # What is not read from the cache is written into it (the next request reads it).
+            "prompt_tokens_details": {
+                "cached_tokens": cached,
+                "cache_write_tokens": prompt - cached,
+            },
         },
     }
 
@@ -302,6 +309,7 @@ def account(
     upstream: ReplayUpstream,
     client_log: list[dict[str, Any]],
     factors: list[float],
+    write_factor: float = 1.0,
 ) -> dict[str, Any]:
     rows: dict[str, dict[int, dict[str, Any]]] = {c.name: {} for c in configs}
     series: dict[str, dict[str, list[int]]] = defaultdict(dict)
@@ -362,7 +370,10 @@ def account(
             row["billed"] = row["prompt"] + row["summary_tokens"]
             for f in factors:
                 cached = row["cached"] + row["summary_cached"]
-                row[f"cost_{f}"] = round(row["billed"] - cached + f * cached, 1)
+                uncached = row["billed"] - row["summary_completion"] - cached
+                row[f"cost_{f}"] = round(
+                    write_factor * uncached + f * cached + row["summary_completion"], 1
+                )
             probe = upstream.probes.get((cfg.name, ti))
             if probe is not None:
                 row["probe"] = probe
@@ -632,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         help="compaction strategy for xun-proxy (config key `compactor`); repeatable",
     )
     parser.add_argument("--cache-factor", type=float, default=0.1, help="price of a cached token")
+    parser.add_argument(
+        "--write-factor", type=float, default=1.0, help="price of an uncached token (a cache write)"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["headroom"])
     parser.add_argument("--no-install", action="store_true", help="do not pip-install Headroom")
     parser.add_argument("--tag", default="", help="suffix of the result file")
@@ -663,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     active_configs = [c for c in configs if c.error is None]
-    books = account(active_configs, trajectories, upstream, client_log, factors)
+    books = account(active_configs, trajectories, upstream, client_log, factors, args.write_factor)
     result = {
         "machine": machine(),
         "commit": git_commit(),
@@ -673,6 +687,7 @@ def main(argv: list[str] | None = None) -> int:
         "token_counts": counter.source,
         "summariser": local_summary.LABEL,
         "cache_factors": factors,
+        "write_factor": args.write_factor,
         "cache_model": "longest common prefix with the session's previous request, in whole blocks "
         "(the tools block, then messages); summary calls get the same rule against the session's "
         "previous request, their completion tokens count at 1x",

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tests.bench.cache_writes import block as cache_writes_block
 from tests.bench.common import ROOT, read_result, table
 from tests.bench.trail import report_block as trail_block
 
@@ -638,6 +639,7 @@ BLOCKS = {
     "economy": economy_block,
     "scale": scale_block,
     "compactors": compactors_block,
+    "cache-writes": cache_writes_block,
     "experiments": experiments_block,
     "experiments-head": lambda: experiments_block("overhead-experiments-head"),
     "trail": trail_block,

@@ -139,7 +139,7 @@ def test_a_reply_is_read_as_a_round() -> None:
     )
     rnd = reply_round(data)
     assert rnd.raw is data and rnd.only_extract
-    assert rnd.usage == Usage(total=165, prompt=160, cached=50, output=5)
+    assert rnd.usage == Usage(total=165, prompt=160, cached=50, output=5, written=10)
     assert rnd.message["content"] == "a" and rnd.message["reasoning_content"] == "t"
     assert split_calls(rnd.message["tool_calls"])[1][0]["id"] == "toolu_x"
     mixed = reply_round(reply("m", [extract("x"), use("toolu_2")], "tool_use", {}))
@@ -163,7 +163,7 @@ def test_an_unreadable_reply_is_refused(data: Any) -> None:
         ({"input_tokens": 10, "output_tokens": 5}, Usage(total=15, prompt=10, cached=0, output=5)),
         (
             {**USAGE_1, "output_tokens": 2},
-            Usage(total=162, prompt=160, cached=50, output=2),
+            Usage(total=162, prompt=160, cached=50, output=2, written=10),
         ),
         ({"input_tokens": 10}, None),
         ("junk", None),

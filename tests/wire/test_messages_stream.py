@@ -47,7 +47,7 @@ def test_a_single_round_passes_byte_for_byte() -> None:
     assert rnd.raw["content"] == [thinking("hm"), text("Hello there"), use("toolu_1", p="a")]
     assert rnd.raw["usage"] == {**USAGE_1, "output_tokens": 7}
     assert rnd.raw["stop_reason"] == "tool_use"
-    assert rnd.usage == Usage(total=167, prompt=160, cached=50, output=7)
+    assert rnd.usage == Usage(total=167, prompt=160, cached=50, output=7, written=10)
     # The neutral message the pipeline reads: thinking counted, the call in chat form.
     assert rnd.message["reasoning_content"] == "hm"
     assert rnd.message["content"] == "Hello there"
