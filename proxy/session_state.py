@@ -42,14 +42,15 @@ class HiddenExtract:
     the client's results). `rounds`: the turn's only-extract rounds (`proxy.hidden_rounds`),
     which go back before it. Answers are not stored, only their digests (`digests`, one per
     call; `results` holds copies only in states saved before): a rebuild re-derives them
-    from the client's messages (`proxy.hidden_rounds.rederive`). All of it goes back on
-    later rebuilds, but only into the history they were
-    recorded in: `before` is the prefix-chain hash (`proxy.fingerprint.PrefixChain`) of the
-    client messages before the anchor, set when the turn that hid them is saved (until then
-    it is `UNSEALED`); `fingerprint` the hash up to and including the anchor message, pinned
-    on the first rebuild whose messages match `before` and carry the anchor with the same
-    visible calls. An entry with neither (saved before they existed) is dropped; a call id
-    reused in another history matches neither.
+    from the client's messages (`proxy.hidden_rounds.rederive`), so an answer only ever
+    holds what the request itself carries. All of it goes back on later rebuilds, but only
+    into the history it was recorded in: `before` is the prefix-chain hash
+    (`proxy.fingerprint.PrefixChain`) of the client messages before the anchor, set when the
+    turn that hid them is saved (until then it is `UNSEALED`); `fingerprint` the hash up to
+    and including the anchor message, pinned on the first rebuild whose messages match
+    `before` and carry the anchor with the same visible calls (and the rounds' visible part
+    first). An entry with neither (saved before they existed) is dropped; a call id reused
+    in another history matches neither.
     """
 
     anchor: int
@@ -328,7 +329,7 @@ def resolve_hidden(
         answers = got
     originals.update(found)
     if h.calls and rest:
-        rest = [{**rest[0], "tool_calls": [*rest[0].get("tool_calls", []), *h.calls]}]
+        rest = [{**rest[0], "tool_calls": [*(rest[0].get("tool_calls") or []), *h.calls]}]
     return [*before, *rest, *answers]
 
 

@@ -21,6 +21,12 @@ from proxy.session_state import SessionState
 from proxy.settings import MiB
 from proxy.wire.base import Round
 from proxy.wire.chat import ChatWire
+from proxy.wire.messages import MessagesWire
+from proxy.wire.messages_blocks import from_neutral, to_neutral
+from proxy.wire.messages_reply import reply_round
+from proxy.wire.responses import ResponsesWire
+from proxy.wire.responses_back import messages_to_items
+from proxy.wire.responses_items import items_to_messages
 from tests.agent import SYSTEM, TOOLS, is_summary_request
 from tests.claude_model import PLACEHOLDER
 from tests.conftest import MakeProxy, OpenAIClientFactory
@@ -164,3 +170,68 @@ def test_large_extracted_results_leave_every_turn_recorded_under_a_1_mib_cap(
     assert len(detail["turns"]) == TURNS
     assert len(model.extracted) >= 30, len(model.extracted)
     assert detail["state"]["hidden"] >= 1
+
+
+# -- each wire splits the client's echo at the round's end ---------------------------------
+
+
+def test_messages_round_goes_back_as_the_model_wrote_it() -> None:
+    """Anthropic Messages: the round's assistant turn byte for byte (thinking and signature,
+    text, the extract `tool_use`), then the proxy's `tool_result` turn; the client's echo of
+    the merged reply loses the blocks it saw of the round."""
+    wire = MessagesWire()
+    thinking = {"type": "thinking", "thinking": "I need c0.", "signature": "c2lnMQ=="}
+    text = {"type": "text", "text": "Looking again."}
+    use = {"type": "tool_use", "id": "toolu_x", "name": EXTRACT_TOOL_NAME, "input": {}}
+    reply = {"type": "message", "role": "assistant", "content": [thinking, text, use]}
+    message, shown = wire.hidden_round({}, reply_round(reply), stream=True)
+    assert shown == ["thinking", "text"]
+    answer = {"role": "tool", "tool_call_id": "toolu_x", "content": "the original"}
+    first = {"role": "user", "content": "go"}
+    (user,) = to_neutral(None, [first])
+    result = {"type": "tool_result", "tool_use_id": "toolu_x", "content": "the original"}
+    assert from_neutral([user, message, answer])[1] == [
+        first,
+        {"role": "assistant", "content": [thinking, text, use]},
+        {"role": "user", "content": [result]},
+    ]
+    final = [{"type": "thinking", "thinking": "Done.", "signature": "c2lnMg=="}, text]
+    echo = to_neutral(None, [first, {"role": "assistant", "content": [thinking, text, *final]}])
+    (rest,) = wire.unmerge(echo[1], shown) or [None]
+    assert rest is not None
+    assert from_neutral([user, rest])[1] == [first, {"role": "assistant", "content": final}]
+    bare = to_neutral(None, [first, {"role": "assistant", "content": final}])[1]
+    assert wire.unmerge(bare, ["text"]) is None
+
+
+def test_responses_round_goes_back_as_the_model_wrote_it() -> None:
+    """Responses: the round's output items as sent, then a `function_call_output`; the
+    client's echoed run of items loses the ones it saw of the round (matched by id)."""
+    wire = ResponsesWire()
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e1"}
+    said = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_x",
+        "name": EXTRACT_TOOL_NAME,
+        "arguments": '{"toolcall_id": "c0"}',
+    }
+    response = {"id": "resp_1", "status": "completed", "output": [reasoning, said, call]}
+    rnd = wire.reply_round(response)
+    message, shown = wire.hidden_round({}, rnd, stream=False)
+    assert shown == [["reasoning", "rs_1"], ["message", "msg_1"]]
+    answer = {"role": "tool", "tool_call_id": "call_x", "content": "the original"}
+    assert messages_to_items([message, answer]) == [
+        reasoning,
+        said,
+        call,
+        {"type": "function_call_output", "call_id": "call_x", "output": "the original"},
+    ]
+    after = [{"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "e2"}]
+    after.append({"type": "message", "id": "msg_2", "role": "assistant", "content": []})
+    echo = items_to_messages([{"role": "user", "content": "go"}, reasoning, said, *after])[1]
+    (rest,) = wire.unmerge(echo, shown) or [None]
+    assert rest is not None and messages_to_items([rest]) == after
+    other = items_to_messages([{"role": "user", "content": "go"}, *after])[1]
+    assert wire.unmerge(other, shown) is None
