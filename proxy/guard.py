@@ -28,12 +28,10 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import InvalidRequest, ProxyError, RequestTimeout, error_response
-from proxy.wire import messages_request
 
 log = logging.getLogger("proxy.guard")
 
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
-MESSAGES_PATH = "/v1/messages"  # Anthropic's API: its routes answer in its error shape
 _WHITESPACE = (0x20, 0x09)  # SP and HTAB, the optional whitespace of RFC 9110
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
@@ -63,11 +61,7 @@ def tidy_headers(scope: Scope) -> InvalidRequest | None:
 
 def refusal(scope: Scope, error: ProxyError) -> JSONResponse:
     """`error` in the shape of the API the request came through."""
-    path: str = scope["path"]
-    if path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/"):
-        body = messages_request.error_body(error.status, error.message, error.type, error.code)
-        return JSONResponse(body, status_code=error.status, headers=error.headers)
-    return error_response(error)
+    return error_response(error, scope["path"])
 
 
 class _Exchange:
