@@ -9,6 +9,12 @@ so sessions stored before the other headers counted keep their tenant; the other
 with their header name in front, after a newline no header value can hold, so a value under
 one header never lands in the tenant of the same value under another.
 
+With `session.tenant_header` set (off by default), a request that carries that header gets
+the tenant of its value instead, hashed under the header's name, so it never equals a
+credential's tenant: a rotated credential (Claude Code's OAuth token refreshes every few
+hours) keeps its sessions. Whoever can set that header can join the tenant it names, so the
+operator names one that a trusted gateway sets, or uses it where every client is trusted.
+
 HTTP header values arrive as latin-1 text (one character a byte). A session id a client sent
 in UTF-8 is decoded as UTF-8 when its bytes are valid UTF-8, so it reads as sent in the admin
 API, the logs and the store's keys. Pure code: no I/O.
@@ -27,8 +33,9 @@ def _tag(data: str) -> str:
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def tenant_of(credentials: Mapping[str, str] | str | None) -> str:
-    """A short, stable, non-reversible tag of the request's credential.
+def tenant_of(credentials: Mapping[str, str] | str | None, tenant_header: str | None = None) -> str:
+    """A short, stable, non-reversible tag of the request's credential, or of the value of
+    `tenant_header` (a name the operator configured) when the request carries it.
 
     `credentials` is the request's headers (any case-insensitive mapping, or a plain dict
     with lower-case names), or, as before headers other than `Authorization` counted, the
@@ -36,6 +43,12 @@ def tenant_of(credentials: Mapping[str, str] | str | None) -> str:
     """
     if credentials is None or isinstance(credentials, str):
         return _tag(credentials) if credentials else ANONYMOUS
+    if tenant_header:
+        name = tenant_header.lower()
+        stable = credentials.get(name)
+        if stable:
+            # Two newlines no header value holds: apart from every credential's tag.
+            return _tag(f"tenant\n{name}\n{header_text(stable)}")
     for name in CREDENTIAL_HEADERS:
         value = credentials.get(name)
         if value:

@@ -66,7 +66,8 @@ class Pipeline:
         self.stream = bool(body.get("stream"))
         self.headers = self.upstream.forward_headers(request.headers)
         self.headers["content-type"] = "application/json"
-        key = SessionKey(tenant=tenant_of(request.headers), session=session_id)
+        tenant = tenant_of(request.headers, self.settings.tenant_header)
+        key = SessionKey(tenant=tenant, session=session_id)
         writer = getattr(app_state, "writer", None)
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written

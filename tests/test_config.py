@@ -77,6 +77,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "cache_read_factors": ({"m": 0.1}, '{"m":0.2}', {"m":0.3}, {"m": 0.1}, {"m": 0.2}, {"m": 0.3}),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
+    "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),
     "log_level": ("error", "WARNING", "debug", "error", "warning", "debug"),
     "log_content": (True, "false", True, True, False, True),
 }  # fmt: skip
