@@ -29,7 +29,7 @@ from proxy.extract_tool import answer, split_calls
 from proxy.json_limits import Written, dumps_body
 from proxy.session import add_hidden, record_turn
 from proxy.store.base import SessionKey
-from proxy.streaming import relay_stream
+from proxy.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.trail import counts as trail_counts
 from proxy.turn import Turn, tenant_of
@@ -42,6 +42,9 @@ log = logging.getLogger("proxy.pipeline")
 # Anthropic bills a prompt token written to its (5-minute) cache at 1.25x uncached input.
 ANTHROPIC_CACHE_WRITE = 1.25
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# The least `X-Xun-Token-Threshold` asks for: below it, a value counts as this.
+MIN_HEADER_THRESHOLD = 1024
+NOT_JSON = "The upstream API answered 200 with a body that is not JSON."
 
 
 class Pipeline:
@@ -91,6 +94,8 @@ class Pipeline:
         """The trigger: the header override, the setting, or a share of the model's window."""
         value = self.request.headers.get("x-xun-token-threshold", "")
         override = int(value) if value.isdigit() and int(value) > 0 else None
+        if override is not None:  # `1` would make every request a summary and its rounds
+            override = max(override, MIN_HEADER_THRESHOLD)
         settings = self.settings
         explicit = override is not None or "token_threshold" in settings.model_fields_set
         setting = override or int(settings.token_threshold)
@@ -299,9 +304,9 @@ class Pipeline:
             raw = await read_response(resp)
             try:
                 rnd = self.wire.reply_round(orjson.loads(raw))
-            except orjson.JSONDecodeError:
+            except orjson.JSONDecodeError:  # a gateway's HTML page, a body cut short
                 await self.finish(None, save=False)
-                return Response(raw, status_code=resp.status_code, headers=self.response_headers())
+                return self.error_response(UpstreamInvalidResponse(NOT_JSON))
             except UpstreamInvalidResponse as exc:
                 await self.finish(None, save=False)
                 return self.error_response(exc)
@@ -392,6 +397,10 @@ class Pipeline:
             await self.finish(None, save=False)
             return error
         assert resp is not None
+        if not readable_stream(resp):  # an HTML page: no event will ever come
+            await resp.aclose()
+            await self.finish(None, save=False)
+            return self.error_response(UpstreamInvalidResponse(NOT_A_STREAM))
         headers = {**SSE_HEADERS, **self.response_headers()}
         return StreamingResponse(
             relay_stream(self, resp, body),
