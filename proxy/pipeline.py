@@ -69,6 +69,7 @@ class Pipeline:
         self.stream = bool(body.get("stream"))
         self.headers = self.upstream.forward_headers(request.headers)
         self.headers["content-type"] = "application/json"
+        self.headers.pop("content-encoding", None)  # the body goes up rebuilt, uncompressed
         tenant = tenant_of(request.headers, self.settings.tenant_header)
         key = SessionKey(tenant=tenant, session=session_id)
         writer = getattr(app_state, "writer", None)

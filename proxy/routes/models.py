@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from proxy import identity
 from proxy.body_reuse import BodyReuse
+from proxy.content_encoding import decoded_body
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.json_limits import Written, compaction_blocker
 from proxy.neutral_reuse import Converting, NeutralReuse
@@ -81,10 +82,12 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         return await unless_client_leaves(request.receive, passed)
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
+    encoded = raw
+    raw = decoded_body(raw, request.headers.get("content-encoding"), settings.max_body_bytes)
     body, blocked, written = _parsed(request, wire, raw, session_id)
     if blocked:  # JSON orjson cannot write back exactly: send it as is
         wire.check(body)
-        passed = forward(request, body=raw, upstream=upstream)
+        passed = forward(request, body=encoded, upstream=upstream)
         return await unless_client_leaves(request.receive, passed)
     handler = Pipeline(request, body, session_id, wire, upstream, written)
     try:
