@@ -26,6 +26,7 @@ from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import answer, split_calls
+from proxy.identity import session_key
 from proxy.json_limits import Written, dumps_body
 from proxy.session import add_hidden, record_turn
 from proxy.store.base import SessionKey
@@ -71,7 +72,7 @@ class Pipeline:
         self.headers["content-type"] = "application/json"
         self.headers.pop("content-encoding", None)  # the body goes up rebuilt, uncompressed
         tenant = tenant_of(request.headers, self.settings.tenant_header)
-        key = SessionKey(tenant=tenant, session=session_id)
+        key = SessionKey(tenant=tenant, session=session_key(session_id, wire.name))
         writer = getattr(app_state, "writer", None)
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from proxy.identity import session_header
 from proxy.settings import load_settings
 from proxy.store import SessionInfo, Store, StoredSession, StoreError, open_store
 from proxy.store.base import encode_cursor
@@ -110,7 +111,7 @@ def _info_row(info: SessionInfo) -> dict[str, Any]:
     return {
         "id": info.id,
         "tenant": info.key.tenant,
-        "session": info.key.session,
+        "session": session_header(info.key.session),
         "wire": info.meta.get("wire") or "chat",  # saved before the wire was noted: chat
         "version": info.version,
         "updated_at": _iso(info.updated_at),
@@ -217,7 +218,7 @@ async def _show(args: argparse.Namespace, store: Store, out: TextIO) -> int:
     detail = {
         "id": stored.key.id,
         "tenant": stored.key.tenant,
-        "session": stored.key.session,
+        "session": session_header(stored.key.session),
         "wire": (state.get("wire") if isinstance(state, dict) else None) or "chat",
         "version": stored.version,
         "updated_at": _iso(stored.updated_at),

@@ -361,13 +361,13 @@ def test_console_script_serves_and_stops_on_sigterm(fake_upstream: FakeUpstream)
 
 
 def test_sessions_ls_caps_column_widths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """One 10 KB session id (or one with a newline) leaves the table readable: each cell is at
-    most `CELL_CHARS` wide, cut with an ellipsis; `--json` keeps the whole id."""
+    """One 10 KB session id (or one with an escape character) leaves the table readable: each
+    cell is at most `CELL_CHARS` wide, cut with an ellipsis; `--json` keeps the whole id."""
     url = f"sqlite:///{tmp_path / 'wide.db'}"
     long_id = "x" * 10_000
     keys = [
         SessionKey("tenant-a", long_id),
-        SessionKey("tenant-a", "two\nlines"),
+        SessionKey("tenant-a", "two\x1blines"),
         SessionKey("t", "s"),
     ]
 

@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
 from proxy.errors import InvalidRequest, NotFound
+from proxy.identity import session_header
 from proxy.routes.admin_base import (
     DetailQuery,
     ListQuery,
@@ -69,7 +70,7 @@ def _row(info: SessionInfo) -> dict[str, Any]:
     return {
         "id": info.id,
         "object": "session",
-        "session": info.key.session,
+        "session": session_header(info.key.session),
         "tenant": info.key.tenant,
         "wire": meta.get("wire") or "chat",
         "messages": meta.get("messages"),
@@ -174,7 +175,7 @@ async def session_detail(request: Request) -> Response:
     body = {
         "id": stored.key.id,
         "object": "session",
-        "session": stored.key.session,
+        "session": session_header(stored.key.session),
         "tenant": stored.key.tenant,
         "wire": state.wire or "chat",
         "version": stored.version,

@@ -67,7 +67,9 @@ def _parsed(
     (`proxy.body_reuse`)."""
     reuse: BodyReuse | None = getattr(request.app.state, "body_reuse", None)
     if reuse is not None:
-        return reuse.parse(session, raw, wire.history_field, wire.parse, wire.accept)
+        # Keyed as the session is (its wire too): a body is only ever read on from its wire's.
+        keyed = identity.session_key(session, wire.name)
+        return reuse.parse(keyed, raw, wire.history_field, wire.parse, wire.accept)
     body = wire.parse(raw)
     blocked, written = compaction_blocker(raw, body, wire.history_field)
     return body, blocked, written
