@@ -47,16 +47,19 @@ def tidy_headers(scope: Scope) -> InvalidRequest | None:
     a value with a control character or a credential header that comes twice, or None.
     Header names are lower-case in ASGI."""
     headers: list[tuple[bytes, bytes]] = scope["headers"]
+    # One search over all values (joined by HTAB, which they may hold) costs less than one
+    # a header; the header is looked for only when there is one to name.
+    if _CONTROL.search(b"\t".join([value for _, value in headers])) is not None:
+        name = next(name for name, value in headers if _CONTROL.search(value) is not None)
+        label = name.decode("latin-1")
+        return InvalidRequest(  # the value is never echoed: it may be a credential
+            f"The {label} header holds a control character.",
+            param=label,
+            code="invalid_header",
+        )
     credentials: list[bytes] = []
     padded = False
     for name, value in headers:
-        if _CONTROL.search(value) is not None:
-            label = name.decode("latin-1")
-            return InvalidRequest(  # the value is never echoed: it may be a credential
-                f"The {label} header holds a control character.",
-                param=label,
-                code="invalid_header",
-            )
         if name in CREDENTIAL_HEADERS:
             if name in credentials:
                 label = name.decode("latin-1")
