@@ -8,6 +8,7 @@ own errors on `/v1/messages/count_tokens` and `/v1/messages/batches` (502, 413) 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import anthropic
 import httpx
 import pytest
 
+from proxy import lifecycle
 from proxy.app import create_app
 from tests.claude_checks import messages_settings
 from tests.fake_messages import FakeMessages, Turn
@@ -134,3 +136,17 @@ def test_routing_errors_under_messages_are_anthropic_shaped(proxy_url: str) -> N
     )
     assert anthropic_error(response, 405)["type"] == "invalid_request_error"
     assert "TRACE" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/batches", "/v1/chat/completions"])
+def test_a_drain_cut_stream_ends_in_the_apis_event(path: str) -> None:
+    """A stream still open when the drain timeout runs out (`proxy.lifecycle`) ends with the
+    API's own error event: `event: error` under /v1/messages, a `data:` error elsewhere."""
+    event = lifecycle._shutdown_event(path)
+    name, _, data = event.partition(b"data: ")
+    body = json.loads(data)
+    if path.startswith("/v1/messages"):
+        assert name == b"event: error\n" and body["type"] == "error"
+        assert body["error"] == {"type": "api_error", "message": body["error"]["message"]}
+    else:
+        assert name == b"" and body["error"]["code"] == "proxy_shutdown"
