@@ -70,6 +70,13 @@ def _build_parser() -> argparse.ArgumentParser:
         action="append",
         help="session header name, repeatable, first present wins (default X-Session-Id)",
     )
+    add(
+        "--tenant-header",
+        dest="tenant_header",
+        metavar="NAME",
+        help="a header (set by a trusted gateway) whose value is the tenant instead of the "
+        "credential, so rotated tokens keep their sessions (default: off)",
+    )
     add("--max-body-bytes", dest="max_body_bytes", metavar="N", help="request body cap")
     add(
         "--drain-timeout",

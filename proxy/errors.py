@@ -1,4 +1,5 @@
-"""One error tree for the proxy, rendered on every route in OpenAI's error shape.
+"""One error tree for the proxy, rendered in the shape of the API a request came through:
+OpenAI's on every route, Anthropic's under `/v1/messages*` (`is_anthropic_path`).
 
     ProxyError (500, server_error)
     ├── InvalidRequest (400, invalid_request_error)        x-should-retry: false
@@ -26,6 +27,8 @@ import logging
 import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
 
 if TYPE_CHECKING:
     from starlette.exceptions import HTTPException
@@ -141,12 +144,57 @@ def error_payload(
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def error_response(exc: ProxyError) -> JSONResponse:
-    """Render a `ProxyError` as its status, headers and OpenAI-shaped body."""
+ANTHROPIC_PATH = "/v1/messages"  # Anthropic's API: its routes answer in its error shape
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_ANTHROPIC_KNOWN = frozenset([*_ANTHROPIC_TYPES.values(), "api_error"])
+
+
+def is_anthropic_path(path: str) -> bool:
+    """Whether `path` is one of Anthropic's routes (`/v1/messages` and below it)."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+def anthropic_payload(status: int, message: str, type_: str | None = None) -> dict[str, Any]:
+    """Anthropic's error body: `type_` when it is one of Anthropic's types, else the type
+    Anthropic gives that status (a code has no place in this shape). The proxy's generic
+    `invalid_request_error` yields to the status's own type (413: `request_too_large`)."""
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if type_ in _ANTHROPIC_KNOWN and not (
+        type_ == "invalid_request_error" and status in _ANTHROPIC_TYPES
+    ):
+        kind = type_
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def payload_for(path: str, exc: ProxyError) -> dict[str, Any]:
+    """`exc`'s body in the shape of the API `path` belongs to."""
+    if is_anthropic_path(path):
+        return anthropic_payload(exc.status, exc.message, exc.type)
+    return error_payload(exc.message, exc.type, exc.code, exc.param)
+
+
+def stream_error_event(path: str, exc: ProxyError) -> bytes:
+    """The last event of a stream that broke, in the shape of `path`'s API: Anthropic's
+    `event: error`, which its SDKs raise on, or OpenAI's `data:` line with an `error`."""
+    if is_anthropic_path(path):
+        return b"event: error\ndata: " + orjson.dumps(payload_for(path, exc)) + b"\n\n"
+    return b"data: " + orjson.dumps(payload_for(path, exc)) + b"\n\n"
+
+
+def error_response(exc: ProxyError, path: str = "") -> JSONResponse:
+    """Render a `ProxyError` as its status, headers and body, in the shape of the API
+    `path` belongs to (OpenAI's unless it is under `/v1/messages`)."""
     from starlette.responses import JSONResponse
 
-    body = error_payload(exc.message, exc.type, exc.code, exc.param)
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+    return JSONResponse(payload_for(path, exc), status_code=exc.status, headers=exc.headers)
 
 
 _HTTP_ERRORS: Mapping[int, type[ProxyError]] = {
@@ -174,12 +222,9 @@ def from_http_exception(request: Request, exc: HTTPException) -> ProxyError:
     return cls(message, headers=exc.headers, status=exc.status_code)
 
 
-def internal_error_response() -> JSONResponse:
+def internal_error_response(path: str = "") -> JSONResponse:
     """The generic 500: nothing about the failure leaks to the client."""
-    from starlette.responses import JSONResponse
-
-    body = error_payload("The proxy failed to handle the request.", "server_error")
-    return JSONResponse(body, status_code=500)
+    return error_response(ProxyError(), path)
 
 
 def log_unexpected(exc: BaseException, *, where: str, include_message: bool = False) -> None:
@@ -197,16 +242,16 @@ def log_unexpected(exc: BaseException, *, where: str, include_message: bool = Fa
 
 async def handle_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
-    return error_response(exc)
+    return error_response(exc, request.scope.get("path", ""))
 
 
 async def handle_http_exception(request: Request, exc: Exception) -> Response:
     from starlette.exceptions import HTTPException
 
     assert isinstance(exc, HTTPException)
-    return error_response(from_http_exception(request, exc))
+    return error_response(from_http_exception(request, exc), request.scope.get("path", ""))
 
 
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
-    log_unexpected(exc, where=request.url.path)
-    return internal_error_response()
+    log_unexpected(exc, where=request.scope.get("path", ""))
+    return internal_error_response(request.scope.get("path", ""))

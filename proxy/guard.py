@@ -10,6 +10,10 @@
 - Credential headers (`Authorization`, `x-api-key`, `api-key`) come at most once each (400
   otherwise, in Anthropic's error shape under /v1/messages): the tenant and the upstream must
   never read two different values.
+- Header values with control characters (other than HTAB) get a 400 `invalid_header`, in the
+  API's error shape. uvicorn's default parser (httptools) refuses them itself, with a
+  plain-text 400, before the app runs; h11 (`--http h11`, or an embedding server) lets most
+  of them through to here.
 - Header values lose the optional whitespace around them (RFC 9110, 5.5). The HTTP parser keeps
   trailing whitespace, and the upstream connection would refuse to send such a header.
 
@@ -22,26 +26,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import InvalidRequest, ProxyError, RequestTimeout, error_response
-from proxy.wire import messages_request
 
 log = logging.getLogger("proxy.guard")
 
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})
-MESSAGES_PATH = "/v1/messages"  # Anthropic's API: its routes answer in its error shape
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # what no header value may hold
 _WHITESPACE = (0x20, 0x09)  # SP and HTAB, the optional whitespace of RFC 9110
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
 
 def tidy_headers(scope: Scope) -> InvalidRequest | None:
     """Strip optional whitespace from the header values in `scope` (in place); the error for
-    a credential header that comes twice, or None. Header names are lower-case in ASGI."""
+    a value with a control character or a credential header that comes twice, or None.
+    Header names are lower-case in ASGI."""
     headers: list[tuple[bytes, bytes]] = scope["headers"]
+    # One search over all values (joined by HTAB, which they may hold) costs less than one
+    # a header; the header is looked for only when there is one to name.
+    if _CONTROL.search(b"\t".join([value for _, value in headers])) is not None:
+        name = next(name for name, value in headers if _CONTROL.search(value) is not None)
+        label = name.decode("latin-1")
+        return InvalidRequest(  # the value is never echoed: it may be a credential
+            f"The {label} header holds a control character.",
+            param=label,
+            code="invalid_header",
+        )
     credentials: list[bytes] = []
     padded = False
     for name, value in headers:
@@ -63,11 +78,7 @@ def tidy_headers(scope: Scope) -> InvalidRequest | None:
 
 def refusal(scope: Scope, error: ProxyError) -> JSONResponse:
     """`error` in the shape of the API the request came through."""
-    path: str = scope["path"]
-    if path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/"):
-        body = messages_request.error_body(error.status, error.message, error.type, error.code)
-        return JSONResponse(body, status_code=error.status, headers=error.headers)
-    return error_response(error)
+    return error_response(error, scope["path"])
 
 
 class _Exchange:

@@ -20,12 +20,11 @@ import time
 from types import FrameType
 from typing import Any
 
-import orjson
 import uvicorn
 from starlette.datastructures import State
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import ServiceUnavailable, error_payload
+from proxy.errors import ProxyError, ServiceUnavailable, stream_error_event
 from proxy.guard import refusal
 from proxy.memory import IdleReclaimer
 
@@ -85,11 +84,9 @@ def is_draining(state: State) -> bool:
     return bool(getattr(state, "draining", False)) or (isinstance(drain, Drain) and drain.draining)
 
 
-def _shutdown_event() -> bytes:
-    payload = error_payload(
-        "The proxy shut down before the stream finished.", "server_error", "proxy_shutdown"
-    )
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+def _shutdown_event(path: str) -> bytes:
+    error = ProxyError("The proxy shut down before the stream finished.", code="proxy_shutdown")
+    return stream_error_event(path, error)
 
 
 class DrainMiddleware:
@@ -136,7 +133,13 @@ class DrainMiddleware:
                 return
             if not (sse and not done):
                 raise
-            await send({"type": "http.response.body", "body": _shutdown_event(), "more_body": True})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": _shutdown_event(scope["path"]),
+                    "more_body": True,
+                }
+            )
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self.drain.in_flight -= 1

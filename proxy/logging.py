@@ -116,7 +116,7 @@ class RequestLogMiddleware:
         except Exception as exc:
             log_unexpected(exc, where=scope["path"], include_message=self.include_exception_text)
             if status == 0:
-                await internal_error_response()(scope, receive, send_with_id)
+                await internal_error_response(scope["path"])(scope, receive, send_with_id)
             else:
                 # Headers are out: returning without finishing the body makes the server
                 # abort the connection, so the client sees a broken reply, not a short one.

@@ -27,10 +27,11 @@ from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.extract_tool import split_calls
 from proxy.hidden_rounds import answer_messages, round_entry
+from proxy.identity import session_key
 from proxy.json_limits import Written, dumps_body
 from proxy.session import add_hidden, add_round, record_turn
 from proxy.store.base import SessionKey
-from proxy.streaming import relay_stream
+from proxy.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.thinking_binding import Binder
 from proxy.trail import counts as trail_counts
@@ -42,6 +43,9 @@ from proxy.wire.base import JSON, Round, Usage, Wire
 log = logging.getLogger("proxy.pipeline")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# The least `X-Xun-Token-Threshold` asks for: below it, a value counts as this.
+MIN_HEADER_THRESHOLD = 1024
+NOT_JSON = "The upstream API answered 200 with a body that is not JSON."
 
 
 class Pipeline:
@@ -66,7 +70,9 @@ class Pipeline:
         self.stream = bool(body.get("stream"))
         self.headers = self.upstream.forward_headers(request.headers)
         self.headers["content-type"] = "application/json"
-        key = SessionKey(tenant=tenant_of(request.headers), session=session_id)
+        self.headers.pop("content-encoding", None)  # the body goes up rebuilt, uncompressed
+        tenant = tenant_of(request.headers, self.settings.tenant_header)
+        key = SessionKey(tenant=tenant, session=session_key(session_id, wire.name))
         writer = getattr(app_state, "writer", None)
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
@@ -96,6 +102,8 @@ class Pipeline:
         """The trigger: the header override, the setting, or a share of the model's window."""
         value = self.request.headers.get("x-xun-token-threshold", "")
         override = int(value) if value.isdigit() and int(value) > 0 else None
+        if override is not None:  # `1` would make every request a summary and its rounds
+            override = max(override, MIN_HEADER_THRESHOLD)
         settings = self.settings
         explicit = override is not None or "token_threshold" in settings.model_fields_set
         setting = override or int(settings.token_threshold)
@@ -303,9 +311,9 @@ class Pipeline:
             raw = await read_response(resp)
             try:
                 rnd = self.wire.reply_round(orjson.loads(raw))
-            except orjson.JSONDecodeError:
+            except orjson.JSONDecodeError:  # a gateway's HTML page, a body cut short
                 await self.finish(None, save=False)
-                return Response(raw, status_code=resp.status_code, headers=self.response_headers())
+                return self.error_response(UpstreamInvalidResponse(NOT_JSON))
             except UpstreamInvalidResponse as exc:
                 await self.finish(None, save=False)
                 return self.error_response(exc)
@@ -402,6 +410,10 @@ class Pipeline:
             await self.finish(None, save=False)
             return error
         assert resp is not None
+        if not readable_stream(resp):  # an HTML page: no event will ever come
+            await resp.aclose()
+            await self.finish(None, save=False)
+            return self.error_response(UpstreamInvalidResponse(NOT_A_STREAM))
         headers = {**SSE_HEADERS, **self.response_headers()}
         return StreamingResponse(
             relay_stream(self, resp, body),

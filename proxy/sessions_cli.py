@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from proxy.identity import session_header
 from proxy.settings import load_settings
 from proxy.store import SessionInfo, Store, StoredSession, StoreError, open_store
 from proxy.store.base import encode_cursor
@@ -98,6 +99,10 @@ def add_parser(commands: Any, add_config_flags: Callable[[argparse.ArgumentParse
     rm.add_argument("--dry-run", action="store_true", help="list what would be deleted")
 
 
+# The widest a table cell gets: an id of any length leaves the table readable.
+CELL_CHARS = 40
+
+
 def _iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")
 
@@ -106,7 +111,7 @@ def _info_row(info: SessionInfo) -> dict[str, Any]:
     return {
         "id": info.id,
         "tenant": info.key.tenant,
-        "session": info.key.session,
+        "session": session_header(info.key.session),
         "wire": info.meta.get("wire") or "chat",  # saved before the wire was noted: chat
         "version": info.version,
         "updated_at": _iso(info.updated_at),
@@ -123,12 +128,21 @@ def _state(data: bytes) -> tuple[str, Any]:
         return "data_base64", base64.b64encode(data).decode("ascii")
 
 
+def _cell(value: Any) -> str:
+    """A table cell: control characters shown as `?` (a newline in a session id must not
+    break the row), cut to `CELL_CHARS` with an ellipsis (`--json` keeps the whole value)."""
+    text = "" if value is None else str(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
 def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
     columns = ("id", "tenant", "session", "wire", "messages", "total_tokens", "updated_at", "size")
     table: list[tuple[str, ...]] = [columns]
     for row in rows:
         values = [row[c] if c in row else row["meta"].get(c) for c in columns]
-        table.append(tuple("" if value is None else str(value) for value in values))
+        table.append(tuple(_cell(value) for value in values))
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         out.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
@@ -204,7 +218,7 @@ async def _show(args: argparse.Namespace, store: Store, out: TextIO) -> int:
     detail = {
         "id": stored.key.id,
         "tenant": stored.key.tenant,
-        "session": stored.key.session,
+        "session": session_header(stored.key.session),
         "wire": (state.get("wire") if isinstance(state, dict) else None) or "chat",
         "version": stored.version,
         "updated_at": _iso(stored.updated_at),

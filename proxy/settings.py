@@ -97,6 +97,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
+    Option("tenant_header", "session.tenant_header", "XUN_TENANT_HEADER", "--tenant-header"),
     Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
     Option("log_content", "log.content", "XUN_LOG_CONTENT", "--log-content"),
 )
@@ -202,6 +203,9 @@ class Settings(BaseSettings):
     session_headers: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SESSION_HEADERS), min_length=1
     )
+    # A header whose value, when a request carries it, is the tenant instead of the credential
+    # (so a rotated token keeps its sessions). Off: the credential decides (proxy.identity).
+    tenant_header: str | None = None
 
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_content: bool = False
@@ -250,6 +254,18 @@ class Settings(BaseSettings):
         for name in value:
             if not _HEADER_TOKEN.match(name):
                 raise ValueError(f"{name!r} is not a valid HTTP header name")
+        return value
+
+    @field_validator("tenant_header")
+    @classmethod
+    def _check_tenant_header(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if not _HEADER_TOKEN.match(value):
+            raise ValueError(f"{value!r} is not a valid HTTP header name")
+        if value.lower() in ("authorization", "x-api-key", "api-key"):
+            raise ValueError("must not be a credential header (the credential is the default)")
         return value
 
     @field_validator("compactor")

@@ -84,9 +84,21 @@ async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIt
         await resp.aclose()
 
 
+NOT_A_STREAM = "The upstream API answered 200 with neither an event stream nor JSON."
+
+
+def readable_stream(resp: UpstreamResponse) -> bool:
+    """Whether a 200 to a stream request can be relayed: an event stream, JSON (answered
+    whole), or no content type at all (read as events); an HTML page cannot."""
+    kind = (resp.headers.get("content-type") or "").lower()
+    return not kind or "text/event-stream" in kind or "json" in kind
+
+
 async def _relay_round(
     p: Rounds, resp: UpstreamResponse, relay: StreamRelay
 ) -> AsyncIterator[bytes]:
+    if not readable_stream(resp):  # the proxy's extract round: the client's stream is open
+        raise UpstreamInvalidResponse(NOT_A_STREAM)
     if "json" in (resp.headers.get("content-type") or "").lower():
         # The upstream answered the stream request with plain JSON: relay it whole (as one
         # chunk), or end the stream with an error event for a wire that cannot.

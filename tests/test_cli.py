@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from proxy import cli
+from proxy import cli, sessions_cli
 from proxy.logging import JsonFormatter, configure_logging
 from proxy.settings import Settings
 from proxy.store import SessionKey, open_store
@@ -358,3 +358,34 @@ def test_console_script_serves_and_stops_on_sigterm(fake_upstream: FakeUpstream)
     assert [(a["path"], a["status"]) for a in access] == [("/healthz", 200), ("/v1/models", 200)]
     assert b"SECRET" not in stderr
     assert fake_upstream.requests[-1].headers["authorization"] == "Bearer sk-SECRET"
+
+
+def test_sessions_ls_caps_column_widths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One 10 KB session id (or one with an escape character) leaves the table readable: each
+    cell is at most `CELL_CHARS` wide, cut with an ellipsis; `--json` keeps the whole id."""
+    url = f"sqlite:///{tmp_path / 'wide.db'}"
+    long_id = "x" * 10_000
+    keys = [
+        SessionKey("tenant-a", long_id),
+        SessionKey("tenant-a", "two\x1blines"),
+        SessionKey("t", "s"),
+    ]
+
+    async def fill() -> None:
+        store = open_store(url)
+        try:
+            for key in keys:
+                await store.put(key, b"{}", {"messages": 1}, expected_version=None)
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    code, out, _ = run(["sessions", "ls", "--store", url], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 4  # the header and three rows: no id breaks a line
+    assert max(len(line) for line in lines) < 200
+    assert ("x" * (sessions_cli.CELL_CHARS - 1) + "…") in out
+    assert "two?lines" in out
+    code, out, _ = run(["sessions", "ls", "--store", url, "--json"], capsys)
+    assert long_id in out

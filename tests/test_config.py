@@ -19,6 +19,7 @@ from proxy.compact import (
     CompactorAbstract,
     placeholder_for,
 )
+from proxy.pipeline import MIN_HEADER_THRESHOLD
 from proxy.settings import OPTIONS, ConfigError, load_settings
 from tests.agent import Agent, ModelScript, model_requests
 from tests.fake_upstream import FakeUpstream
@@ -89,6 +90,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     ),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
+    "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),
     "log_level": ("error", "WARNING", "debug", "error", "warning", "debug"),
     "log_content": (True, "false", True, True, False, True),
 }  # fmt: skip
@@ -249,6 +251,26 @@ def test_token_threshold_header_overrides_the_setting(
         agent = run_agent(proxy, openai_client, {"X-Xun-Token-Threshold": bad}, 18)
         assert set(levels_of(agent)) == {"none"}, bad
     assert all("x-xun-token-threshold" not in r.headers for r in fake_upstream.chat_requests)
+
+
+@pytest.mark.parametrize("value", ["1", "1023"])
+def test_token_threshold_header_is_bounded_below(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any, value: str
+) -> None:
+    """`X-Xun-Token-Threshold: 1` made every turn a compaction and its extra upstream calls;
+    below 1024 (`MIN_HEADER_THRESHOLD`) a value counts as 1024."""
+    fake_upstream.default = ModelScript()
+    proxy = make_proxy(token_threshold=1_000_000)
+    agent = Agent(
+        openai_client(
+            proxy, session="tiny-" + value, default_headers={"X-Xun-Token-Threshold": value}
+        ),
+        output_size=40,
+    )
+    agent.run(12)
+    assert set(levels_of(agent)) == {"none"}
+    assert len(fake_upstream.chat_requests) == 12  # one upstream call a turn, no summaries
+    assert MIN_HEADER_THRESHOLD == 1024
 
 
 @pytest.mark.parametrize("value", ["off", "OFF", "Off"])

@@ -18,6 +18,7 @@ from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
 from proxy.errors import InvalidRequest, NotFound
 from proxy.history import HIDDEN_KEY_PREFIX
+from proxy.identity import session_header
 from proxy.routes.admin_base import (
     DetailQuery,
     ListQuery,
@@ -71,7 +72,7 @@ def _row(info: SessionInfo) -> dict[str, Any]:
     return {
         "id": info.id,
         "object": "session",
-        "session": info.key.session,
+        "session": session_header(info.key.session),
         "tenant": info.key.tenant,
         "wire": meta.get("wire") or "chat",
         "messages": meta.get("messages"),
@@ -182,7 +183,7 @@ async def session_detail(request: Request) -> Response:
     body = {
         "id": stored.key.id,
         "object": "session",
-        "session": stored.key.session,
+        "session": session_header(stored.key.session),
         "tenant": stored.key.tenant,
         "wire": state.wire or "chat",
         "version": stored.version,

@@ -15,7 +15,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
@@ -25,7 +24,7 @@ from proxy.errors import (
     InvalidRequest,
     PayloadTooLarge,
     ProxyError,
-    error_payload,
+    stream_error_event,
 )
 from proxy.providers import is_anthropic_raw
 from proxy.routes.disconnect import ClientGone
@@ -84,28 +83,33 @@ def _has_body(request: Request) -> bool:
     return "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
 
 
-async def _relay_body(response: UpstreamResponse, timing: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _relay_body(
+    response: UpstreamResponse, timing: dict[str, Any], path: str
+) -> AsyncIterator[bytes]:
     try:
         async for chunk in timed_chunks(response, timing):
             yield chunk
     except ProxyError as error:  # the upstream failed mid-body
         await response.aclose()
         if response.headers.get("content-type", "").startswith("text/event-stream"):
-            # A stream that just stopped would look complete; say why it ended.
-            payload = error_payload(error.message, error.type, error.code)
-            yield b"data: " + orjson.dumps(payload) + b"\n\n"
+            # A stream that just stopped would look complete; say why it ended, in the shape
+            # of the request's API (Anthropic's SDKs raise on an `event: error`).
+            yield stream_error_event(path, error)
             return
         # Headers are already out: raising aborts the connection instead of a short body.
         raise
 
 
-def relay(response: UpstreamResponse, timing: dict[str, Any] | None = None) -> Response:
+def relay(
+    response: UpstreamResponse, timing: dict[str, Any] | None = None, path: str = ""
+) -> Response:
     """Stream an open upstream response back unchanged; it is closed when the relay ends.
 
-    Time spent waiting on the upstream's body is added to `timing["upstream_ms"]`.
+    Time spent waiting on the upstream's body is added to `timing["upstream_ms"]`; `path` is
+    the client's, for the shape of an error that ends a broken stream.
     """
     relayed = StreamingResponse(
-        _relay_body(response, {} if timing is None else timing),
+        _relay_body(response, {} if timing is None else timing, path),
         status_code=response.status_code,
         background=BackgroundTask(response.aclose),
     )
@@ -161,7 +165,7 @@ async def forward(
             return _answer(response, await read_response(response))
     finally:
         timing["upstream_ms"] = (time.perf_counter() - started) * 1000
-    return relay(response, timing)
+    return relay(response, timing, request.scope["path"])
 
 
 def _whole(method: str, response: UpstreamResponse) -> bool:

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from proxy import identity
 from proxy.body_reuse import BodyReuse
+from proxy.content_encoding import decoded_body
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.json_limits import Written, compaction_blocker
 from proxy.neutral_reuse import Converting, NeutralReuse
@@ -66,7 +67,9 @@ def _parsed(
     (`proxy.body_reuse`)."""
     reuse: BodyReuse | None = getattr(request.app.state, "body_reuse", None)
     if reuse is not None:
-        return reuse.parse(session, raw, wire.history_field, wire.parse, wire.accept)
+        # Keyed as the session is (its wire too): a body is only ever read on from its wire's.
+        keyed = identity.session_key(session, wire.name)
+        return reuse.parse(keyed, raw, wire.history_field, wire.parse, wire.accept)
     body = wire.parse(raw)
     blocked, written = compaction_blocker(raw, body, wire.history_field)
     return body, blocked, written
@@ -82,10 +85,12 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         return await unless_client_leaves(request.receive, passed)
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
+    encoded = raw
+    raw = decoded_body(raw, request.headers.get("content-encoding"), settings.max_body_bytes)
     body, blocked, written = _parsed(request, wire, raw, session_id)
     if blocked:  # JSON orjson cannot write back exactly: send it as is
         wire.check(body)
-        passed = forward(request, body=raw, upstream=upstream)
+        passed = forward(request, body=encoded, upstream=upstream)
         return await unless_client_leaves(request.receive, passed)
     handler = Pipeline(request, body, session_id, wire, upstream, written)
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from proxy.errors import anthropic_payload
 from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, content_text
 from proxy.tool_output import as_text
 from proxy.wire.base import JSON, Outgoing, Round
@@ -364,29 +365,15 @@ def _marked(block: Any) -> bool:
 
 # -- errors ---------------------------------------------------------------------------------
 
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-_KNOWN_TYPES = frozenset([*_ERROR_TYPES.values(), "api_error"])
 _TOO_LONG = re.compile(r"(\d+)\s*tokens?\s*>\s*(\d+)\s*maximum")
 
 
 def error_body(
     status: int, message: str, type_: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
-    """An error in Anthropic's shape: `type_` when it is one of Anthropic's types, else the
-    type Anthropic gives that status (`code` has no place in this shape). The proxy's generic
-    `invalid_request_error` yields to the status's own type (413: `request_too_large`)."""
-    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    if type_ in _KNOWN_TYPES and not (type_ == "invalid_request_error" and status in _ERROR_TYPES):
-        kind = type_
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    """An error in Anthropic's shape (`proxy.errors.anthropic_payload`; `code` has no place
+    in it)."""
+    return anthropic_payload(status, message, type_)
 
 
 def learned_window(error: Any) -> int | None:

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.identity import session_header
 from proxy.session_state import SessionState
 from tests.fake_responses import PLACEHOLDER_RE, ReadFiles, Turn, input_items
 from tests.wire_sessions import (
@@ -75,11 +76,14 @@ class Target:
         self.reclaimed = {name: set(s.reclaimed) for name, s in self.states().items()}
 
     def states(self) -> dict[str, SessionState]:
-        """Every stored state, parsed (raises if one is corrupt), by session name."""
+        """Every stored state, parsed (raises if one is corrupt), by session name (the
+        session header's value: the stored key also names the wire, `proxy.identity`)."""
         self.proxy.server.settle()
         with sqlite3.connect(self.db) as conn:
             rows = conn.execute("SELECT session, data FROM sessions").fetchall()
-        return {str(name): SessionState.from_bytes(bytes(data)) for name, data in rows}
+        return {
+            session_header(str(name)): SessionState.from_bytes(bytes(data)) for name, data in rows
+        }
 
     def responses(self, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
         content = body if isinstance(body, bytes) else orjson.dumps(body)
