@@ -356,13 +356,14 @@ def test_a_hidden_extract_round_keeps_later_thinking_valid(
     checks.verify()
 
 
+@pytest.mark.parametrize("compactor", ["seed", "cache-aware"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_the_append_only_run_holds_with_bound_thinking(
-    stream: bool, monkeypatch: pytest.MonkeyPatch
+    stream: bool, compactor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Messages append-only run (tests/test_append_only.py: 34 turns, placeholders,
     summaries, hidden extract rounds) with a model that checks prefixes: thinking is removed
     only where a compaction rewrote the prefix, the removal repeats exactly on the next
     requests, and no request is refused."""
     monkeypatch.setattr(test_append_only, "MODEL", MODEL)
-    test_append_only.test_messages_requests_are_append_only(stream)
+    test_append_only.test_messages_requests_are_append_only(stream, compactor)
