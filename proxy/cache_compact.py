@@ -70,8 +70,11 @@ class _Sizes:
 
     conversation: Conversation
     total: int
+    # Characters ahead of the messages that no compaction removes (`Economics.fixed_chars`).
+    fixed_chars: int = 0
     tokens: list[float] = field(default_factory=list)
     per_char: float = 0.25
+    fixed: float = 0.0  # their tokens
 
     def __post_init__(self) -> None:
         # A raw message's param is a copy of its dict: measure the dict, without the copy.
@@ -79,8 +82,9 @@ class _Sizes:
             message_chars(m.raw if type(m) is RawOpenAIMessage else m.completion_param())
             for m in self.conversation.messages
         ]
-        self.per_char = self.total / max(1, sum(chars))
+        self.per_char = self.total / max(1, sum(chars) + self.fixed_chars)
         self.tokens = [c * self.per_char for c in chars]
+        self.fixed = self.fixed_chars * self.per_char
 
     def placeholder_tokens(self, index: int) -> float:
         return min(self.tokens[index], PLACEHOLDER_CHARS * self.per_char)
@@ -100,8 +104,12 @@ class CacheAwareCompactor(CompactorAbstract):
     tail_max_tokens: int = 3000
     keep_tool_ratio: float = 0.1
     toolcall_keep_max: int = 12
-    # Compact once the savings forgone while waiting reach this multiple of the cost.
-    patience: float = 2.0
+    # Compact once the savings forgone while waiting reach this multiple of the cost: 1.0
+    # is rent-or-buy's break-even (buy once the rent paid equals the price). 2.0 waited too
+    # long once rewrites were priced in full (cache writes, the tools block of the first
+    # compaction): sessions that ended soon after their compaction cost more than direct
+    # (BENCHMARKS.md, "Cache-write prices").
+    patience: float = 1.0
     # Plans are compared by what they save over this many turns (at least), net of cost.
     min_horizon: float = 4.0
     shares_prefix: bool | None = None
@@ -142,7 +150,7 @@ class CacheAwareCompactor(CompactorAbstract):
         total = conv.total_tokens
         if total is None or total <= threshold:
             return None, None, econ.accrued
-        sizes = _Sizes(conv, total)
+        sizes = _Sizes(conv, total, econ.fixed_chars)
         forced = total >= econ.ceiling()
         reclaim = self._reclaim_plan(sizes, threshold, econ)
         plans: list[Plan] = [reclaim]
@@ -229,7 +237,7 @@ class CacheAwareCompactor(CompactorAbstract):
             return None
         kept = set(cut.kept_indices(len(roles)))
         preamble = set(range(cut.preamble))
-        after = sum(tokens[i] for i in kept | preamble) + SUMMARY_OUTPUT_TOKENS
+        after = sum(tokens[i] for i in kept | preamble) + SUMMARY_OUTPUT_TOKENS + sizes.fixed
         shares = self.shares_prefix
         if shares is None:
             shares = bool(getattr(agent.summarize, "shares_prefix", False))
@@ -246,7 +254,8 @@ class CacheAwareCompactor(CompactorAbstract):
             reclaim.reclaim,
             keep,
             removed=sizes.total - after,
-            rewrite=after,
+            # The tools block stays cached unless this compaction adds the proxy's tool.
+            rewrite=after if econ.rewrites_all else after - sizes.fixed,
             summary_cost=summary_cost,
             after=after,
         )

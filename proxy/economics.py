@@ -228,8 +228,14 @@ class Economics:
     # earn back. The compactor updates it; the caller stores it with the session.
     accrued: float = 0.0
     # The first compaction of a session also adds the proxy's tool to the request, which
-    # changes the tools block ahead of every message: the whole prompt is re-sent uncached.
+    # changes the tools block ahead of every message: the whole prompt is re-sent uncached,
+    # the tools block (and the tool added to it) included.
     rewrites_all: bool = False
+    # Characters of what goes ahead of the messages and no compaction removes: the tools
+    # block (with the proxy's tool when the compaction adds it). Part of the prompt's
+    # tokens, so a compaction's estimates leave it out of what it removes, and keep it in
+    # what it rewrites when `rewrites_all`.
+    fixed_chars: int = 0
     # Price of writing a prompt token into the cache, relative to uncached input
     # (`write_factor_for`): 1.0 where writes are free, 1.25 / 2.0 for Anthropic's 5-minute /
     # 1-hour cache, 1.25 for OpenAI from GPT-5.6 on.

@@ -186,9 +186,23 @@ class Pipeline:
             # The first compaction rewrites the tools block too when it is what adds the
             # proxy's tool (extract_tool = after_compaction).
             rewrites_all=not state.compacted and self.turn.defer_extract_tool,
+            fixed_chars=self.tools_chars(),
             write_factor=writes[0],
             write_share=writes[1],
         )
+
+    def tools_chars(self) -> int:
+        """Characters of the tools block a compaction leaves upstream: the client's tools
+        with the proxy's tool, which a compaction adds if it is not there yet."""
+        tools = self.wire.tools(self.client_body)
+        if not isinstance(tools, list):
+            return 0
+        if tools and not self.wire.defines_extract_tool(tools):
+            tools = self.wire.with_extract_tool(tools)
+        try:
+            return len(orjson.dumps(tools))
+        except TypeError:
+            return 0  # not JSON (the wire refuses it later): nothing to count
 
     def response_headers(self) -> dict[str, str]:
         """The last upstream round's end-to-end headers, ours added; x-request-id if absent."""

@@ -315,12 +315,13 @@ class Turn:
     def upstream_tools(self) -> Any:
         """The tools to send upstream, setting `injected` when ours is among them.
 
-        Ours goes last, so the client's own prefix stays stable. By default it is in every
-        request of a session whose client sends tools, from the first turn on, so the tool
-        list never changes mid-session (the prompt cache keeps its prefix) and a model told
-        about the tool can always call it; `auto_compact.extract_tool = after_compaction`
-        defers it to the session's first compaction instead, saving its few tokens in
-        sessions that never compact. A session without tools gets it once something was compacted.
+        Ours goes last, so the client's own prefix stays stable. By default
+        (`auto_compact.extract_tool = after_compaction`) it joins a session's requests with
+        its first compaction, a point where the prefix changes anyway, and stays from then
+        on: a session that never compacts sends exactly the client's tools and pays nothing
+        for the proxy. `always` puts it in every request of a session whose client sends
+        tools, from the first turn on. A session without tools gets it once something was
+        compacted.
         """
         assert self.rb is not None
         tools = self.wire.tools(self.body)

@@ -77,8 +77,15 @@ def responses_fake() -> Iterator[CompactingResponses]:
         yield fake
 
 
-def _responses_proxy(fake: CompactingResponses) -> UvicornThread:
-    settings = proxy_settings(fake, token_threshold=3000, toolcall_keep_max=2, summary_keep_max=4)
+# The extract tool in every request the proxy takes as the session's own (none in a side
+# request, which goes up as sent): its presence shows the session went on.
+EVERY_REQUEST = "always"
+
+
+def _responses_proxy(fake: CompactingResponses, **overrides: Any) -> UvicornThread:
+    settings = proxy_settings(
+        fake, token_threshold=3000, toolcall_keep_max=2, summary_keep_max=4, **overrides
+    )
     return UvicornThread(create_app(settings))
 
 
@@ -162,7 +169,7 @@ def test_responses_compaction_trigger_and_the_history_after_it(
 ) -> None:
     fake = responses_fake
     with (
-        _responses_proxy(fake) as proxy,
+        _responses_proxy(fake, extract_tool=EVERY_REQUEST) as proxy,
         openai.OpenAI(
             base_url=f"{proxy.url}/v1",
             api_key="sk-test",
@@ -373,13 +380,14 @@ def _message_of(events: list[dict[str, Any]]) -> dict[str, Any]:
     return message
 
 
-def _messages_proxy(fake: CompactingMessages) -> UvicornThread:
+def _messages_proxy(fake: CompactingMessages, **overrides: Any) -> UvicornThread:
     settings = proxy_settings(
         fake,
         anthropic_base_url=fake.base_url,
         token_threshold=4000,
         toolcall_keep_max=2,
         summary_keep_max=4,
+        **overrides,
     )
     return UvicornThread(create_app(settings))
 
@@ -423,7 +431,10 @@ def test_messages_on_demand_compaction_and_the_history_after_it(
     messages_fake: CompactingMessages, stream: bool
 ) -> None:
     fake = messages_fake
-    with _messages_proxy(fake) as proxy, _client(proxy, f"summarize-{stream}") as client:
+    with (
+        _messages_proxy(fake, extract_tool=EVERY_REQUEST) as proxy,
+        _client(proxy, f"summarize-{stream}") as client,
+    ):
         agent = MessagesAgent(client, stream)
         for _ in range(8):
             agent.turn()

@@ -166,14 +166,21 @@ def _check_upstream(fake: FakeResponses, client_tools: list[dict[str, Any]]) -> 
             if item.get("encrypted_content") is not None:
                 assert item["encrypted_content"] == fake.issued[item["id"]]
     placeholders = 0
+    offered = False
     for record in _model_requests(fake):
         tools = record.json["tools"]
         extract = tools[-1]
-        assert extract.get("name") == EXTRACT_TOOL_NAME, "the proxy added no extract tool"
+        if extract.get("name") != EXTRACT_TOOL_NAME:
+            # The default (extract_tool: after_compaction): the client's tools until the
+            # first compaction, ours last from then on.
+            assert not offered and tools == client_tools, "the proxy's tool went away"
+            continue
+        offered = True
         assert extract["type"] == "function" and "function" not in extract  # Responses shape
         assert tools[:-1] == client_tools
         outputs = [item_text(i) for i in input_items(record.json) if "call_id" in i]
         placeholders += sum(1 for text in outputs if PLACEHOLDER_RE.fullmatch(text))
+    assert offered, "the proxy added no extract tool"
     summarised = any(_view(r).is_summary_request() for r in requests)
     assert placeholders or summarised, "nothing upstream was compacted"
     model = _model(fake)

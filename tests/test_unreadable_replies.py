@@ -131,8 +131,13 @@ def raw() -> Iterator[RawUpstream]:
 
 @pytest.fixture
 def proxy_url(raw: RawUpstream) -> Iterator[str]:
+    # The extract tool in every request (not only from a compaction on): the extract-round
+    # cases script a model that calls it on the first turn.
     settings = proxy_settings(
-        None, upstream_base_url=raw.server.url + "/v1", anthropic_base_url=raw.server.url
+        None,
+        upstream_base_url=raw.server.url + "/v1",
+        anthropic_base_url=raw.server.url,
+        extract_tool="always",
     )
     with UvicornThread(create_app(settings)) as running:
         yield running.url

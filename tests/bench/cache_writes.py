@@ -112,7 +112,7 @@ def block() -> str:
     ws = [w for w in WRITE_FACTORS if w in data]
     first = data[ws[0]]
     out = [
-        "**Default settings** (`extract_tool: always`). "
+        "**Default settings** (`extract_tool: after_compaction`, break-even patience 1). "
         + header(data, ws)
         + f" Token counts: {first['token_counts']}. Cache reads {READ}x; cost = write factor x"
         f" uncached prompt + {READ} x cached prompt + summary completions, direct calls billed"
@@ -137,17 +137,15 @@ def block() -> str:
             row += [f"{c['level1']}+{c['level2']}" for c in cells]
             rows.append(row)
     out += [table(heads, rows), "", *notes(data, ws)]
-    after = runs("writes-after")
-    if after:
-        was = [w for w in WRITE_FACTORS if w in after]
+    before = runs("writes-before")
+    if before:
+        was = [w for w in WRITE_FACTORS if w in before]
         out += [
             "",
-            "**With `auto_compact.extract_tool: after_compaction`** (the tool joins a session's"
-            " requests with its first compaction). " + header(after, was),
+            "**Before** (`extract_tool: always`, patience 2: the defaults until this run). "
+            + header(before, was),
             "",
-            totals(after, was),
-            "",
-            *notes(after, was),
+            totals(before, was),
         ]
     return "\n".join(out)
 

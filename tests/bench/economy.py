@@ -54,6 +54,7 @@ from starlette.routing import Route
 from proxy.compact import PLACEHOLDER_TEMPLATE
 from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
 from proxy.session import reclaim_keys
+from proxy.tool_output import EMPTY_OUTPUT
 from tests.bench import local_summary, peers
 from tests.bench.common import (
     Child,
@@ -188,7 +189,9 @@ class ReplayUpstream:
             bad: list[str] = []
             for n, tool_id in enumerate(ids):
                 got = answers.get(f"{PROBE_PREFIX}{n}")
-                if got is not None and content_text(got) == originals.get(tool_id):
+                # An empty output comes back as the proxy's marker, never as an empty string.
+                want = originals.get(tool_id) or EMPTY_OUTPUT
+                if got is not None and content_text(got) == want:
                     ok += 1
                 else:
                     failed += 1
