@@ -13,7 +13,7 @@ from typing import Any
 import openai
 
 from proxy.compact import SUMMARY_PROMPT
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.fake_upstream import Reply
 
 TOOLS: list[dict[str, Any]] = [

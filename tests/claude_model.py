@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from proxy.compact import SUMMARY_PROMPT
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.fake_messages import Turn, block_text
 
 PLACEHOLDER = re.compile(r"\[Compacted, ID: (.+?)\. If this content is still needed")

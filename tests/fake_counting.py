@@ -1,6 +1,7 @@
 """Fake upstreams that count a prompt otherwise than the proxy estimates it, as real models do.
 
-The proxy estimates a prompt at chars / 4 plus 4 a message (`proxy.session.estimate_tokens`);
+The proxy estimates a prompt at chars / 4 plus 4 a message
+(`proxy.session.rebuild.estimate_tokens`);
 a real server bills what its tokenizer and chat template make of the request, and refuses a
 prompt over its window by that same count. These are the faithful fakes of
 tests/fake_upstream.py, tests/fake_responses.py and tests/fake_messages.py (same routes,

@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.compact import PLACEHOLDER_TEMPLATE, SUMMARY_PROMPT
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.fake_upstream import (
     FakeUpstream,
     RecordedRequest,

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.fake_upstream import RecordedRequest
 from tests.servers import UvicornThread
 

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.compact import placeholder_for
 from proxy.conversation import Conversation
-from proxy.session import SessionState
+from proxy.session.state import SessionState
 from proxy.store import SessionKey, StoreError
 from proxy.store.memory import MemoryStore
 from tests.compacted import ADMIN_KEY, CLIENT_KEY, Compacted, admin_headers, compacted_session

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import cli
 from proxy.conversation import Conversation
-from proxy.logging import ACCESS_LOGGER, JsonFormatter
-from proxy.session_state import SessionState
+from proxy.server.logging import ACCESS_LOGGER, JsonFormatter
+from proxy.session.state import SessionState
 from tests.claude_model import LAST_READ
 from tests.fake_responses import ReadFiles, input_items
 from tests.wire_sessions import (

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.app import create_app, load_compactor
-from proxy.cache_compact import CacheAwareCompactor
 from proxy.compact import AutoCompactor, placeholder_for
-from proxy.routes.forward import forward
+from proxy.compaction.cache_aware import CacheAwareCompactor
+from proxy.server.app import create_app, load_compactor
+from proxy.server.forward import forward
 from proxy.settings import ConfigError, Settings
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
@@ -123,7 +123,7 @@ def test_bad_compactor_is_a_config_error(strategy_module: str, path: str, messag
 def test_chat_falls_back_to_forwarding_without_the_chat_module(
     monkeypatch: pytest.MonkeyPatch, fake_upstream: FakeUpstream
 ) -> None:
-    monkeypatch.setitem(sys.modules, "proxy.routes.chat", None)  # import now fails
+    monkeypatch.setitem(sys.modules, "proxy.server.chat_route", None)  # import now fails
     app = create_app(Settings(upstream_base_url=fake_upstream.url, store_url="memory://"))
     route = next(r for r in app.routes if getattr(r, "path", "") == "/v1/chat/completions")
     assert getattr(route, "endpoint", None) is forward
@@ -154,7 +154,7 @@ def test_lifespan_owns_upstream_and_only_its_own_store(monkeypatch: pytest.Monke
     assert injected.closed == 0 and upstream.closed
 
     opened = CountingStore()
-    monkeypatch.setattr("proxy.app.open_store", lambda url, **kwargs: opened)
+    monkeypatch.setattr("proxy.server.app.open_store", lambda url, **kwargs: opened)
     app = create_app(Settings(store_url="memory://", session_max_bytes=123))
     with UvicornThread(app):
         assert app.state.store is opened

@@ -20,8 +20,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.agent import SYSTEM, TOOLS, is_summary_request, tool_output
 from tests.claude_checks import messages_settings, request_problems
 from tests.claude_model import PLACEHOLDER, ReadFilesModel, is_proxy_summary_request

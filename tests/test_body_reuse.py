@@ -1,4 +1,4 @@
-"""proxy.body_reuse: a body parsed on from the session's last request is the body a whole parse
+"""proxy.turn.body_reuse: a body parsed on from the session's last request is the body a whole parse
 gives, with the same blocker verdict and the same bytes as written, or the same error."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.body_reuse import BodyReuse
 from proxy.errors import InvalidRequest
-from proxy.json_limits import compaction_blocker
-from proxy.wire.chat import ChatWire
-from proxy.wire.messages import MessagesWire
-from proxy.wire.responses import ResponsesWire
+from proxy.session.json_limits import compaction_blocker
+from proxy.turn.body_reuse import BodyReuse
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.messages.adapter import MessagesWire
+from proxy.wire.responses.adapter import ResponsesWire
 
 WIRES = {"chat": ChatWire(), "responses": ResponsesWire(), "messages": MessagesWire()}
 

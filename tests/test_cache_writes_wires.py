@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.economics import observed_write_share
+from proxy.compaction.economics import observed_write_share
 from tests.agent import ModelScript
 from tests.claude_model import ReadFilesModel
 from tests.compacted import ADMIN_KEY, admin_headers

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.compact import SUMMARY_PROMPT
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.agent import Agent, ModelScript, is_summary_request, model_requests
 from tests.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from proxy.compact import placeholder_for
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.agent import SYSTEM, Agent, ModelScript, model_requests, summary_count
 from tests.fake_upstream import FakeUpstream, Reply
 

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.agent import TOOLS, Agent, ModelScript
 from tests.fake_upstream import FakeUpstream, Reply
 

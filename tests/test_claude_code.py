@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from proxy.settings import Settings
 from tests.claude_checks import (
     Checks,
@@ -156,7 +156,7 @@ def test_claude_code_through_the_proxy_compacts(
 
     checks = Checks()
     # Claude Code writes its bodies as orjson does, and moves its last cache breakpoint each
-    # turn: a request parses on from the message before it (`proxy.body_reuse`).
+    # turn: a request parses on from the message before it (`proxy.turn.body_reuse`).
     checks.check(
         "requests parse only what they add",
         reuse.parsed >= len(paths) and reuse.reused >= 0.8 * reuse.parsed,

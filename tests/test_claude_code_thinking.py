@@ -4,7 +4,7 @@ The fake Messages API runs Anthropic's prefix checks (tests/fake_binding.py): ev
 block Claude Code sends back must come under the prefix it was written under. Claude Code
 keeps its history append-only, so directly it is never refused; through the proxy a
 compaction changes the prefix, and the proxy must remove the blocks it moved
-(proxy.wire.messages_binding). The issue's run (24 files, default strategy, threshold
+(proxy.wire.messages.binding). The issue's run (24 files, default strategy, threshold
 16000) had 26 of 52 requests refused, every one after the first compaction, and Claude Code
 resent each without thinking.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.claude_checks import (
     Checks,
     blocks,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
 from proxy.compact import placeholder_for
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.codex_cli import CodexRun, run_codex
 from tests.conftest import proxy_settings
 from tests.fake_responses import (
@@ -182,7 +182,7 @@ def test_what_codex_sends(direct: Recorded) -> None:
 
 def test_codex_requests_parse_only_what_they_add(proxied: Recorded) -> None:
     """Codex writes its bodies as orjson does: after a session's first request, each one
-    parses only the items it adds (`proxy.body_reuse`)."""
+    parses only the items it adds (`proxy.turn.body_reuse`)."""
     requests, reused = proxied.parsed
     assert requests >= FILES and reused == requests - 1, proxied.parsed
 

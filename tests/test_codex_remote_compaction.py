@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
 from proxy.compact import PLACEHOLDER_TEMPLATE
+from proxy.server.app import create_app
 from tests.codex_cli import run_codex
 from tests.conftest import proxy_settings
 from tests.fake_provider_compaction import CompactingResponses

@@ -1,6 +1,6 @@
 """The pure layers against real agent trajectories (tests/corpus.py): the converters and the
 validity checker, fingerprint prefix stability, and replaying sessions through
-`proxy.session` with both compaction levels, checking what goes upstream and what can be
+`proxy.session.rebuild` with both compaction levels, checking what goes upstream and what can be
 extracted back.
 """
 
@@ -24,17 +24,12 @@ import pytest
 
 from proxy.compact import placeholder_for
 from proxy.conversation_message import SystemPrompt
-from proxy.extract_tool import EXTRACT_TOOL_NAME, answer, answer_content, content_text
-from proxy.fingerprint import PrefixChain, canonical
-from proxy.session import (
-    Rebuild,
-    SessionState,
-    apply_compaction,
-    estimate_tokens,
-    rebuild,
-    record_turn,
-)
-from proxy.tool_output import as_text
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, answer, answer_content, content_text
+from proxy.session.fingerprint import PrefixChain, canonical
+from proxy.session.history import estimate_tokens
+from proxy.session.rebuild import Rebuild, apply_compaction, rebuild, record_turn
+from proxy.session.state import SessionState
+from proxy.session.tool_output import as_text
 from tests import corpus
 from tests.corpus import CORPUS_DIR, Trajectory, load_all, turns, validate_sequence
 
@@ -252,7 +247,7 @@ def test_echoed_assistant_messages_fingerprint_equal(traj: Trajectory) -> None:
         assert PrefixChain(echo).prefix(n) == PrefixChain(traj.messages).prefix(n)
 
 
-# -- replaying sessions through proxy.session ---------------------------------------------
+# -- replaying sessions through proxy.session.rebuild ---------------------------------------------
 
 
 @dataclass

@@ -34,7 +34,7 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
-from proxy.logging import RequestLogMiddleware
+from proxy.server.logging import RequestLogMiddleware
 from tests.servers import UvicornThread
 
 SECRET = "sk-secret-in-an-exception-message"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.extract_tool import (
+from proxy.session.extract_tool import (
     EXTRACT_TOOL_NAME,
     TOOL_DEFINITION,
     answer,

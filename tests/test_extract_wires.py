@@ -18,9 +18,9 @@ import anthropic
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
 from proxy.rules import placeholder_for
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.agent import is_summary_request
 from tests.claude_checks import messages_settings
 from tests.conftest import proxy_settings

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from proxy.compact import SUMMARY_PROMPT, placeholder_for
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.fake_responses import (
     PLACEHOLDER_RE,
     FakeResponses,

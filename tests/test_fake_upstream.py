@@ -2,7 +2,7 @@
 
 Every other end-to-end test trusts this fake to behave like api.openai.com, so here the real
 `openai` client (which validates nothing loosely: it warns or raises on shapes it does not
-expect) parses its answers, and its raw streams go through `proxy.sse` as the proxy will.
+expect) parses its answers, and its raw streams go through `proxy.wire.sse` as the proxy will.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.sse import ChunkAccumulator, SSEDecoder, SSEEvent
+from proxy.wire.sse import ChunkAccumulator, SSEDecoder, SSEEvent
 from tests.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -447,7 +447,7 @@ def test_stream_tool_call_deltas(fake: FakeUpstream) -> None:
 
 
 def test_sdk_stream_helper_and_accumulator_agree(client: openai.OpenAI, fake: FakeUpstream) -> None:
-    """The SDK's own accumulator and proxy.sse rebuild the same message from the fake."""
+    """The SDK's own accumulator and proxy.wire.sse rebuild the same message from the fake."""
     reply = Reply(
         content="Checking both.",
         tool_calls=[

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.fingerprint import PrefixChain, canonical, raw_digests
+from proxy.session.fingerprint import PrefixChain, canonical, raw_digests
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
 

@@ -21,8 +21,8 @@ import openai
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from proxy.logging import JsonFormatter, redact
-from proxy.routes.forward import WHOLE_BYTES
+from proxy.server.forward import WHOLE_BYTES
+from proxy.server.logging import JsonFormatter, redact
 from tests.conftest import MakeProxy, OpenAIClientFactory, RunningProxy
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.servers import UvicornThread, free_port

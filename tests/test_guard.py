@@ -1,4 +1,4 @@
-"""proxy.guard's header rules, on ASGI scopes: optional whitespace stripped, a credential
+"""proxy.server.guard's header rules, on ASGI scopes: optional whitespace stripped, a credential
 header given twice refused. Its timeouts run against real sockets in
 tests/reliability/test_findings_server.py."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.guard import CREDENTIAL_HEADERS, tidy_headers
+from proxy.server.guard import CREDENTIAL_HEADERS, tidy_headers
 
 
 def scope_with(*headers: tuple[bytes, bytes]) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.content_encoding import decoded_body
 from proxy.errors import PayloadTooLarge
+from proxy.server.app import create_app
+from proxy.server.content_encoding import decoded_body
 from tests.conftest import proxy_settings
 from tests.fake_messages import FakeMessages
 from tests.fake_messages import Turn as MessagesTurn

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
-from proxy.guard import tidy_headers
+from proxy.server.app import create_app
+from proxy.server.guard import tidy_headers
 from tests.conftest import proxy_settings
 from tests.fake_upstream import FakeUpstream
 from tests.servers import UvicornThread

@@ -14,19 +14,20 @@ from typing import Any
 
 import httpx
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from proxy.hidden_rounds import round_entry
-from proxy.session import add_round, rebuild, record_turn
-from proxy.session_state import SessionState
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.hidden_rounds import round_entry
+from proxy.session.rebuild import rebuild, record_turn
+from proxy.session.state import SessionState, add_round
 from proxy.settings import MiB
 from proxy.wire.base import Round
-from proxy.wire.chat import ChatWire
-from proxy.wire.messages import MessagesWire
-from proxy.wire.messages_blocks import from_neutral, to_neutral
-from proxy.wire.messages_reply import reply_round
-from proxy.wire.responses import ResponsesWire
-from proxy.wire.responses_back import messages_to_items
-from proxy.wire.responses_items import items_to_messages
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.messages.adapter import MessagesWire
+from proxy.wire.messages.from_neutral import from_neutral
+from proxy.wire.messages.reply import reply_round
+from proxy.wire.messages.to_neutral import to_neutral
+from proxy.wire.responses.adapter import ResponsesWire
+from proxy.wire.responses.from_neutral import messages_to_items
+from proxy.wire.responses.to_neutral import items_to_messages
 from tests.agent import SYSTEM, TOOLS, is_summary_request
 from tests.claude_model import PLACEHOLDER
 from tests.conftest import MakeProxy, OpenAIClientFactory

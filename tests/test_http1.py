@@ -1,7 +1,8 @@
-"""`proxy.http1.Http1Connection` against real sockets.
+"""`proxy.upstream.http1.Http1Connection` against real sockets.
 
 Each test scripts a raw asyncio server on 127.0.0.1 byte for byte (no HTTP library on that
-side) and drives one connection the way `proxy.pool` does: httpcore's request in, httpcore's
+side) and drives one connection the way `proxy.upstream.pool` does: httpcore's request in,
+httpcore's
 response out, httpcore's exceptions for what goes wrong.
 """
 
@@ -21,8 +22,8 @@ from typing import Any
 import httpcore
 import pytest
 
-from proxy import http1
-from proxy.http1 import HIGH_WATER, INCOMPLETE_BODY, NO_RESPONSE, Http1Connection
+from proxy.upstream import http1
+from proxy.upstream.http1 import HIGH_WATER, INCOMPLETE_BODY, NO_RESPONSE, Http1Connection
 from tests.servers import free_port
 
 TIMEOUTS = {"connect": 2.0, "read": 2.0, "write": 2.0}
@@ -414,7 +415,7 @@ async def test_an_idle_connection_expires_after_its_keep_alive(
 async def test_a_kept_alive_connection_closed_before_the_answer(
     serve: Serve, connect: Connect
 ) -> None:
-    """The case `proxy.upstream` retries on a fresh connection, by these exact words."""
+    """The case `proxy.upstream.client` retries on a fresh connection, by these exact words."""
 
     async def script(peer: Peer) -> None:
         await peer.request()
@@ -514,7 +515,9 @@ async def test_a_shorter_read_timeout_set_after_the_headers_applies_to_the_body(
     connection = connect(server.port)
     sent = request(server.port, read=5.0)
     response = await connection.handle_async_request(sent)
-    sent.extensions["timeout"]["read"] = 0.2  # what proxy.upstream does once the headers are in
+    sent.extensions["timeout"]["read"] = (
+        0.2  # what proxy.upstream.client does once the headers are in
+    )
     chunks = response.aiter_stream()
     assert await anext(chunks) == b"first"
     started = time.monotonic()

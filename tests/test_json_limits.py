@@ -1,4 +1,4 @@
-"""proxy.json_limits: the bodies orjson cannot write back exactly, and only those."""
+"""proxy.session.json_limits: the bodies orjson cannot write back exactly, and only those."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from proxy.json_limits import _may_hold_wide_float, compaction_blocker
+from proxy.session.json_limits import _may_hold_wide_float, compaction_blocker
 
 
 def blocker(raw: bytes) -> str | None:

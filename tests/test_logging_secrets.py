@@ -23,7 +23,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.logging import JsonFormatter, redact
+from proxy.server.logging import JsonFormatter, redact
 from tests.agent import SYSTEM, Agent
 from tests.compacted import COMPACTING, MarkdownScript, run_until
 from tests.fake_upstream import FakeUpstream

@@ -1,4 +1,4 @@
-"""proxy.memory: when the idle reclaim runs, and the glibc calls behind it."""
+"""proxy.server.allocator: when the idle reclaim runs, and the glibc calls behind it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import orjson
 import pytest
 
-from proxy import memory
+from proxy.server import allocator as memory
 from proxy.store.cache import _fit
 
 
@@ -112,7 +112,7 @@ def test_the_collector_is_tuned_for_the_serving_process() -> None:
     """In a process of its own (the settings are process-wide): what is alive at start-up is
     frozen out of the collector's passes, and the youngest generation grows larger."""
     script = (
-        "import gc; from proxy import memory; memory.tune_collector(); "
+        "import gc; from proxy.server import allocator as memory; memory.tune_collector(); "
         "print(gc.get_freeze_count(), *gc.get_threshold())"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
@@ -139,7 +139,7 @@ def test_cached_state_bytes_cost_their_length() -> None:
 async def test_drain_counts_requests_but_not_probes() -> None:
     from starlette.types import Message, Receive, Scope, Send
 
-    from proxy.lifecycle import Drain, DrainMiddleware
+    from proxy.server.lifecycle import Drain, DrainMiddleware
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})

@@ -16,8 +16,8 @@ import anthropic
 import httpx
 import pytest
 
-from proxy import lifecycle
-from proxy.app import create_app
+from proxy.server import lifecycle
+from proxy.server.app import create_app
 from tests.claude_checks import messages_settings
 from tests.fake_messages import FakeMessages, Turn
 from tests.servers import UvicornThread, free_port
@@ -140,7 +140,7 @@ def test_routing_errors_under_messages_are_anthropic_shaped(proxy_url: str) -> N
 
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/batches", "/v1/chat/completions"])
 def test_a_drain_cut_stream_ends_in_the_apis_event(path: str) -> None:
-    """A stream still open when the drain timeout runs out (`proxy.lifecycle`) ends with the
+    """A stream still open when the drain timeout runs out (`proxy.server.lifecycle`) ends with the
     API's own error event: `event: error` under /v1/messages, a `data:` error elsewhere."""
     event = lifecycle._shutdown_event(path)
     name, _, data = event.partition(b"data: ")

@@ -18,9 +18,9 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from proxy.sse import SSEDecoder
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
+from proxy.wire.sse import SSEDecoder
 from tests.claude_checks import (
     Checks,
     extract_rounds,

@@ -8,9 +8,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from proxy.metrics import ACTIVE_SESSIONS_TTL, Metrics, route_label
+from proxy.server.app import create_app
+from proxy.server.metrics import ACTIVE_SESSIONS_TTL, Metrics, route_label
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from proxy.settings import Settings
 from proxy.store import StoreError
 from proxy.store.memory import MemoryStore

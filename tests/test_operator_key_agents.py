@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests.claude_cli import run_claude, write_files
 from tests.claude_model import FINISHED, ReadFilesModel
 from tests.codex_cli import run_codex

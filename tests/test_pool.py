@@ -8,7 +8,7 @@ import httpcore
 import orjson
 import pytest
 
-from proxy.pool import FRESH, OriginPool
+from proxy.upstream.pool import FRESH, OriginPool
 from tests.fake_upstream import FakeUpstream, Reply
 
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})

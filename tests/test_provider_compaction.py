@@ -26,9 +26,9 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
 from proxy.compact import PLACEHOLDER_TEMPLATE, SUMMARY_PROMPT
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.conftest import proxy_settings
 from tests.fake_messages import Turn as MessagesTurn
 from tests.fake_messages import block_text

@@ -14,7 +14,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.providers import foreign_credentials, is_anthropic
+from proxy.upstream.providers import foreign_credentials, is_anthropic
 from tests.conftest import MakeProxy, OpenAIClientFactory, RunningProxy
 from tests.fake_messages import ANTHROPIC_MODELS, FakeMessages
 from tests.fake_upstream import FakeUpstream

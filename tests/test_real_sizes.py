@@ -27,8 +27,8 @@ import openai
 import pytest
 
 from proxy.compact import format_compacted_summary, placeholder_for
-from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
-from proxy.hidden_rounds import HIDDEN_KEY_PREFIX
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, content_text
+from proxy.session.history import HIDDEN_KEY_PREFIX
 from tests.agent import SYSTEM, TOOLS, Agent, is_summary_request
 from tests.conftest import proxy_settings
 from tests.fake_counting import ScaledUpstream, ToolBlindUpstream, chat_refusals

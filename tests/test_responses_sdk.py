@@ -18,7 +18,7 @@ import openai
 import pytest
 from agents import Agent, OpenAIProvider, RunConfig, Runner, function_tool
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.fake_responses import (
     FILE_RE,

@@ -1,4 +1,4 @@
-"""One write in flight per session (`proxy.saving`): saves that meet are folded into one state,
+"""One write in flight per session (`proxy.turn.saving`): saves that meet are folded into one state,
 exactly what saving them one after another would have stored, and nothing is lost."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from proxy.saving import SessionWriter, save_together, save_turn
-from proxy.session import record_turn
-from proxy.session_state import SessionState
+from proxy.session.rebuild import record_turn
+from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, StoreError
 from proxy.store.memory import MemoryStore
-from proxy.turn import Turn
+from proxy.turn.saving import SessionWriter, save_together, save_turn
+from proxy.turn.session_turn import Turn
 
 KEY = SessionKey(tenant="t", session="s")
 

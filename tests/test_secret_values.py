@@ -45,8 +45,8 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         apps.append(app)
         return 0
 
-    monkeypatch.setattr("proxy.lifecycle.serve", serve)
-    monkeypatch.setattr("proxy.logging.configure_logging", lambda *a, **k: None)
+    monkeypatch.setattr("proxy.server.lifecycle.serve", serve)
+    monkeypatch.setattr("proxy.server.logging.configure_logging", lambda *a, **k: None)
     return apps
 
 

@@ -8,25 +8,21 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.cache_compact import CacheAwareCompactor
 from proxy.compact import CompactionContext, placeholder_for
+from proxy.compaction.cache_aware import CacheAwareCompactor
+from proxy.compaction.economics import Economics
 from proxy.conversation_message import SystemPrompt
-from proxy.economics import Economics
-from proxy.extract_tool import answer_content
-from proxy.fingerprint import PrefixChain
-from proxy.history import HIDDEN_KEY_PREFIX
-from proxy.session import (
-    Rebuild,
-    SessionState,
+from proxy.session.extract_tool import answer_content
+from proxy.session.fingerprint import PrefixChain
+from proxy.session.history import (
+    HIDDEN_KEY_PREFIX,
     UnrecognisedHistory,
-    add_hidden,
-    apply_compaction,
     estimate_chars,
     estimate_tokens,
-    rebuild,
     reclaim_keys,
-    record_turn,
 )
+from proxy.session.rebuild import Rebuild, apply_compaction, rebuild, record_turn
+from proxy.session.state import SessionState, add_hidden
 
 
 def history(turns: int, size: int = 400, system: str | None = "sys") -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.identity import tenant_of
+from proxy.server.app import create_app
+from proxy.session.identity import tenant_of
 from proxy.store import SessionKey
 from tests.claude_checks import messages_settings
 from tests.fake_messages import FakeMessages, Turn

@@ -1,4 +1,4 @@
-"""proxy.sse: the event-stream decoder, the encoders and the chat-chunk accumulator."""
+"""proxy.wire.sse: the event-stream decoder, the encoders and the chat-chunk accumulator."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import proxy.sse
-from proxy.sse import DONE, ChunkAccumulator, SSEDecoder, SSEEvent, encode_comment, encode_data
+import proxy.wire.sse
+from proxy.wire.sse import DONE, ChunkAccumulator, SSEDecoder, SSEEvent, encode_comment, encode_data
 
 # --- decoder -------------------------------------------------------------------------------
 
@@ -233,7 +233,7 @@ def test_done_and_comment() -> None:
 
 def test_module_is_pure() -> None:
     """No I/O or HTTP library: the SSE layer is part of the pure core."""
-    tree = ast.parse(Path(proxy.sse.__file__).read_text())
+    tree = ast.parse(Path(proxy.wire.sse.__file__).read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.compact import SUMMARY_PROMPT, format_compacted_summary
-from proxy.summarizer import (
+from proxy.compaction.summarizer import (
     ANCHOR_NOTE,
     SUMMARY_REQUEST,
     ContextLengthExceeded,

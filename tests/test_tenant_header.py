@@ -15,8 +15,8 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.identity import tenant_of
+from proxy.server.app import create_app
+from proxy.session.identity import tenant_of
 from proxy.settings import ConfigError, load_settings
 from tests.claude_checks import messages_settings
 from tests.fake_messages import FakeMessages, Turn

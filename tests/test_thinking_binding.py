@@ -17,7 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from tests import test_append_only
 from tests.claude_checks import (
     Checks,

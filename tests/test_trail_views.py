@@ -9,8 +9,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import trail
-from proxy.metrics import Metrics
-from proxy.session_state import SessionState
+from proxy.server.metrics import Metrics
+from proxy.session.state import SessionState
 from proxy.store import SessionKey
 from proxy.store.memory import MemoryStore
 from tests.compacted import ADMIN_KEY, admin_headers

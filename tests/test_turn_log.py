@@ -1,4 +1,4 @@
-"""proxy.turn_log: a session's turn records as text, decoded only when read."""
+"""proxy.session.turn_log: a session's turn records as text, decoded only when read."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import economics
-from proxy.economics import observed_hit_ratio
-from proxy.session import SessionState
-from proxy.turn_log import MAX_TURNS_KEPT, TurnLog, decode
+from proxy.compaction import economics
+from proxy.compaction.economics import observed_hit_ratio
+from proxy.session.state import SessionState
+from proxy.session.turn_log import MAX_TURNS_KEPT, TurnLog, decode
 
 values = st.one_of(
     st.none(),

@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.app import create_app
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.conftest import proxy_settings
 from tests.servers import UvicornThread
 

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse
 from proxy.settings import Settings
-from proxy.upstream import Upstream
+from proxy.upstream.client import Upstream
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Reply
 

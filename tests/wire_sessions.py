@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from proxy.settings import Settings
 from tests.claude_model import ReadFilesModel
 from tests.compacted import ADMIN_KEY, admin_headers

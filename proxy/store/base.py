@@ -165,7 +165,7 @@ class Store(Protocol):
         """Drop what the store holds in memory only to go faster (SQLite's page caches).
 
         Called when the proxy has gone idle, before the allocators are trimmed
-        (proxy.memory); may block briefly, never raises.
+        (proxy.server.allocator); may block briefly, never raises.
         """
         ...
 

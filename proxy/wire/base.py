@@ -1,9 +1,9 @@
 """What the turn pipeline asks of a wire format (Chat Completions, Responses, Messages).
 
-The pipeline (`proxy.pipeline`) knows sessions, compaction and the hidden extract loop; a
+The pipeline (`proxy.turn.pipeline`) knows sessions, compaction and the hidden extract loop; a
 `Wire` knows one API's bodies, streams, usage and error shape. Between them travel neutral
 messages: Chat Completions-shaped dicts that may carry the wire's own objects under `x_items`
-(see `proxy.wire.chat` for the identity case). Pure: no I/O.
+(see `proxy.wire.chat.adapter` for the identity case). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.errors import InvalidRequest
+from proxy.session.rebuild import Outgoing
 
 JSON = dict[str, Any]
 
@@ -40,28 +41,6 @@ class Usage:
     cached: int | None = None  # the cached part of the prompt
     output: int | None = None  # what the reply was billed
     written: int | None = None  # the part of the prompt written into the cache (billed apart)
-
-
-@dataclass
-class Outgoing:
-    """The rebuilt conversation to send, in neutral messages.
-
-    `messages` is the whole list as Chat Completions sends it (the summary, if any, in the
-    first system message); `system` (the client's own system messages, verbatim), `summary`
-    (the rendered summary text or None) and `rest` are its parts, for APIs that place the
-    summary elsewhere. `unchanged`: these are the client's messages exactly as it sent them
-    (nothing reclaimed, summarised or hidden applies), so a wire may send its own request's
-    history as it came instead of converting the neutral messages back.
-    """
-
-    messages: list[JSON]
-    system: list[JSON]
-    summary: str | None
-    rest: list[JSON]
-    unchanged: bool = False
-    # With `unchanged`: the client's history as orjson wrote it, if it was (for a wire that
-    # can answer a question about it from its bytes, as Messages counts cache breakpoints).
-    history_json: bytes | None = None
 
 
 @dataclass
@@ -125,7 +104,7 @@ class Wire(Protocol):
         ...
 
     def as_received(self, messages: list[JSON]) -> list[Any]:
-        """What the prefix hash reads for these neutral messages (`proxy.session.rebuild`):
+        """What the prefix hash reads for these neutral messages (`proxy.session.rebuild.rebuild`):
         the messages themselves, or the wire items each was made from, which determine it."""
         ...
 
@@ -146,7 +125,7 @@ class Wire(Protocol):
 
     def cache_ttl(self, body: JSON) -> str | None:
         """The cache lifetime the request asks for where the API lets it ("5m", "1h"): it
-        sets the price of cache writes (`proxy.economics.write_factor_for`)."""
+        sets the price of cache writes (`proxy.compaction.economics.write_factor_for`)."""
         ...
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:

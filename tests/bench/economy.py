@@ -52,8 +52,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.compact import PLACEHOLDER_TEMPLATE
-from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
-from proxy.session import reclaim_keys
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, content_text
+from proxy.session.history import reclaim_keys
 from tests.bench import local_summary, peers
 from tests.bench.common import (
     Child,

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.cache_compact import CacheAwareCompactor, _Sizes, message_chars
 from proxy.compact import CompactionContext
+from proxy.compaction.cache_aware import CacheAwareCompactor, _Sizes
+from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio
 from proxy.conversation import Conversation
-from proxy.conversation_message import RawOpenAIMessage, content_to_text
-from proxy.economics import Economics, cache_factor_for, observed_hit_ratio
+from proxy.conversation_message import RawOpenAIMessage, content_to_text, message_chars
 from tests.core.helpers import add_tool_turn, sequence_errors
 
 THRESHOLD = 10_000
@@ -219,7 +219,7 @@ async def test_the_kept_tail_is_bounded_in_tokens(kw: dict[str, Any], bound: flo
 
 
 def test_a_cache_write_premium_makes_a_rewrite_cost_more() -> None:
-    from proxy.economics import Economics
+    from proxy.compaction.economics import Economics
 
     openai = Economics(cache_factor=0.5, hit_ratio=1.0)
     anthropic = Economics(cache_factor=0.1, hit_ratio=1.0, write_factor=1.25)

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import economics
-from proxy.cache_compact import CacheAwareCompactor
 from proxy.compact import CompactionContext
-from proxy.economics import Economics, observed_write_share, write_factor_for
-from proxy.turn_log import TurnLog, decode
-from proxy.wire.messages_request import cache_ttl
+from proxy.compaction import economics
+from proxy.compaction.cache_aware import CacheAwareCompactor
+from proxy.compaction.economics import Economics, observed_write_share, write_factor_for
+from proxy.session.turn_log import TurnLog, decode
+from proxy.wire.messages.bodies import cache_ttl
 from tests.core.test_cache_compact import THRESHOLD, session, sized, summarizer
 
 
@@ -225,8 +225,8 @@ def test_the_lifetime_the_client_asked_for(body: dict[str, Any], expected: str |
 def test_rounds_usage_sums_the_cache_writes_when_sent() -> None:
     """Several upstream rounds (the proxy's hidden extract rounds) as one usage: the cache's
     counts are added like the others; a count no round sent is not made up."""
-    from proxy.relay import usage_sum as chat_sum
-    from proxy.wire.responses_rounds import usage_sum as responses_sum
+    from proxy.wire.chat.relay import usage_sum as chat_sum
+    from proxy.wire.responses.reply import usage_sum as responses_sum
 
     def chat(prompt: int, details: dict[str, int]) -> dict[str, Any]:
         return {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,
@@ -314,7 +314,7 @@ def test_the_lazy_write_share_agrees_with_reading_every_record(
     [(120, 120), (0, 0), (None, None), ("12", None), (-1, None), (True, None)],
 )
 def test_a_turn_keeps_its_cache_writes_only_when_reported(written: Any, kept: Any) -> None:
-    from proxy.session import rebuild, record_turn
+    from proxy.session.rebuild import rebuild, record_turn
 
     messages = [{"role": "user", "content": "hi"}]
     state = record_turn(rebuild(messages, None), total_tokens=10, written_tokens=written)

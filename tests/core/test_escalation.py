@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 from proxy.compact import CompactionContext
-from proxy.conversation import Conversation
-from proxy.escalation import (
+from proxy.compaction.escalation import (
     ForcedSummary,
     ForcedToolcall,
     calibrated,
     ladder,
     missing_tokens,
 )
+from proxy.conversation import Conversation
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""proxy.history.validate from a start: a prefix checked before is not checked again, and the
+"""proxy.session.history.validate from a start: a prefix checked before is not checked again, and
+the
 answer is the one a check of the whole history gives."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.history import UnrecognisedHistory, validate
+from proxy.session.history import UnrecognisedHistory, validate
 
 ID = st.sampled_from(["a", "b", "c"])
 CALLS = st.one_of(st.none(), st.just("x"), st.lists(st.fixed_dictionaries({"id": ID}), max_size=2))

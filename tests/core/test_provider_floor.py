@@ -1,5 +1,5 @@
 """A provider's compaction in the history is where the proxy's own compaction may begin
-(`proxy.history.provider_floor`, `proxy.session.rebuild`). Pure, no server."""
+(`proxy.session.history.provider_floor`, `proxy.session.rebuild.rebuild`). Pure, no server."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from proxy.history import X_PROVIDER_COMPACTION, provider_floor
-from proxy.session import SessionState, rebuild, record_turn
+from proxy.session.history import X_PROVIDER_COMPACTION, provider_floor
+from proxy.session.rebuild import rebuild, record_turn
+from proxy.session.state import SessionState
 
 COMPACTED = {"role": "assistant", "content": None, X_PROVIDER_COMPACTION: True}
 

@@ -18,7 +18,7 @@ from proxy import trail
 from proxy.artifacts import call_paths, command_paths, constraints, error_line, exit_status
 from proxy.conversation import Conversation
 from proxy.conversation_message import SystemPrompt, message_from_json
-from proxy.session_state import SessionState
+from proxy.session.state import SessionState
 
 from .helpers import tool_call
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.agent import TOOLS, is_summary_request
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Reply

@@ -12,7 +12,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.session import SessionState, validate
+from proxy.session.history import validate
+from proxy.session.state import SessionState
 from tests.agent import Agent, ModelScript, is_summary_request
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Reply

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.session import SessionState
+from proxy.session.state import SessionState
 from tests.agent import Agent, ModelScript, is_summary_request, summary_count
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import ProxyProcess, SpawnProxy

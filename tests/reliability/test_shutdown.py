@@ -1,4 +1,4 @@
-"""Graceful shutdown: SIGTERM drains the proxy process (proxy.lifecycle) before it exits 0.
+"""Graceful shutdown: SIGTERM drains the proxy process (proxy.server.lifecycle) before it exits 0.
 
 /readyz turns 503 first, new requests get an OpenAI-shaped 503 with Retry-After, streams in
 flight finish (up to the drain timeout, then they end with an error event), exit status 0.

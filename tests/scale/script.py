@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from proxy.session import SessionState
+from proxy.session.identity import tenant_of
+from proxy.session.state import SessionState
 from proxy.store import SessionKey, Store, open_store
-from proxy.turn import tenant_of
 from tests.agent import is_summary_request
 from tests.fake_upstream import Reply
 

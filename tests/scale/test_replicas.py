@@ -18,8 +18,8 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from proxy.turn_log import TurnLog
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.turn_log import TurnLog
 from tests.agent import Agent
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.scale.conftest import SHARED_REDIS, ProxyProcess, drop_keys

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.session import SessionState
+from proxy.session.state import SessionState
 from proxy.store import SessionKey, open_store
 from tests.scale.conftest import REPO, SHARED_REDIS, drop_keys
 from tests.servers import free_port

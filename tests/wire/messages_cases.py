@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
-from proxy.sse import SSEDecoder
-from proxy.wire.messages_stream import MessagesRelay
+from proxy.wire.messages.stream import MessagesRelay
+from proxy.wire.sse import SSEDecoder
 
 SIG = "EqQBCkYIBxgCKkD+sig/with==padding"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from proxy.wire.messages_checks import MalformedRequest, check_request
-from proxy.wire.messages_neutral import X_FIRST, X_GROUP, X_ITEMS
+from proxy.wire.messages.checks import MalformedRequest, check_request
+from proxy.wire.messages.to_neutral import X_FIRST, X_GROUP, X_ITEMS
 
 from . import messages_reference as reference
 from .messages_cases import requests, tool_use

@@ -1,7 +1,7 @@
 """The Messages wire's slow, plain reference versions, kept as oracles for the fast ones.
 
-`to_neutral` and `from_neutral` here are `proxy.wire.messages_blocks`' as they were before
-their fast paths (the one-pass `to_neutral` of `proxy.wire.messages_neutral`; the shortcuts
+`to_neutral` and `from_neutral` here are `proxy.wire.messages.from_neutral`' as they were before
+their fast paths (the one-pass `to_neutral` of `proxy.wire.messages.to_neutral`; the shortcuts
 of `from_neutral` for what comes back unchanged): `test_messages_fast` holds the fast ones
 to them, output, sharing and errors.
 """
@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.conversation_message import content_to_text
-from proxy.session import UnrecognisedHistory
-from proxy.wire.messages_blocks import CONTINUED
-from proxy.wire.messages_content import (
+from proxy.session.history import UnrecognisedHistory
+from proxy.wire.messages.content import (
     as_blocks,
     assistant_text,
     from_parts,
@@ -25,7 +24,8 @@ from proxy.wire.messages_content import (
     tool_use_block,
     tool_use_ids,
 )
-from proxy.wire.messages_neutral import X_ENVELOPE, X_FIRST, X_GROUP, X_ITEMS, X_SYSTEM, run_text
+from proxy.wire.messages.from_neutral import CONTINUED
+from proxy.wire.messages.to_neutral import X_ENVELOPE, X_FIRST, X_GROUP, X_ITEMS, X_SYSTEM, run_text
 
 
 def to_neutral(system: Any, messages: Any) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""`proxy.wire.messages_binding`: which thinking blocks may go back, judged by the prefix they
+"""`proxy.wire.messages.binding`: which thinking blocks may go back, judged by the prefix they
 were written under, and the same judgement the fake Messages API makes (tests/fake_binding)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.wire.messages_binding import (
+from proxy.wire.messages.binding import (
     OMITTED,
     PrefixChain,
     bind,

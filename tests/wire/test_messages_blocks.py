@@ -12,23 +12,12 @@ from hypothesis import strategies as st
 
 from proxy.compact import placeholder_for
 from proxy.conversation_message import message_chars
-from proxy.extract_tool import answer, split_calls
-from proxy.session import (
-    UnrecognisedHistory,
-    add_hidden,
-    apply_compaction,
-    rebuild,
-    record_turn,
-    validate,
-)
-from proxy.wire.messages_blocks import (
-    CONTINUED,
-    X_GROUP,
-    X_ITEMS,
-    from_neutral,
-    reply_to_neutral,
-    to_neutral,
-)
+from proxy.session.extract_tool import answer, split_calls
+from proxy.session.history import UnrecognisedHistory, validate
+from proxy.session.rebuild import apply_compaction, rebuild, record_turn
+from proxy.session.state import add_hidden
+from proxy.wire.messages.from_neutral import CONTINUED, from_neutral
+from proxy.wire.messages.to_neutral import X_GROUP, X_ITEMS, reply_to_neutral, to_neutral
 
 from .messages_cases import (
     SIG,

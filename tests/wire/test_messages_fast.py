@@ -16,15 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.wire.messages_blocks import from_neutral
-from proxy.wire.messages_checks import plainly_valid
-from proxy.wire.messages_neutral import X_ITEMS, to_neutral
-from proxy.wire.messages_request import (
+from proxy.wire.messages.bodies import (
     EXTRACT_TOOL,
     _message_breakpoints,
     _message_mark_count,
     inject_tool,
 )
+from proxy.wire.messages.checks import plainly_valid
+from proxy.wire.messages.from_neutral import from_neutral
+from proxy.wire.messages.to_neutral import X_ITEMS, to_neutral
 
 from . import messages_reference as reference
 from .messages_cases import session

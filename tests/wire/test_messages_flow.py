@@ -12,17 +12,13 @@ from typing import Any
 import orjson
 
 from proxy.compact import placeholder_for
-from proxy.extract_tool import answer, split_calls
-from proxy.session import apply_compaction, rebuild, record_turn
-from proxy.wire.messages_blocks import to_neutral
-from proxy.wire.messages_request import (
-    check_request,
-    continue_body,
-    count_breakpoints,
-    inject_tool,
-    upstream_body,
-)
-from proxy.wire.messages_stream import MessagesRelay, usage_total
+from proxy.session.extract_tool import answer, split_calls
+from proxy.session.rebuild import apply_compaction, rebuild, record_turn
+from proxy.wire.messages.bodies import continue_body, count_breakpoints, inject_tool, upstream_body
+from proxy.wire.messages.checks import check_request
+from proxy.wire.messages.reply import usage_total
+from proxy.wire.messages.stream import MessagesRelay
+from proxy.wire.messages.to_neutral import to_neutral
 
 from .messages_cases import (
     SIG,

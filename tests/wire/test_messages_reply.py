@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from proxy.extract_tool import split_calls
+from proxy.session.extract_tool import split_calls
 from proxy.wire.base import Usage
-from proxy.wire.messages_reply import (
+from proxy.wire.messages.reply import (
     UNFINISHED,
     UnreadableReply,
     client_reply,

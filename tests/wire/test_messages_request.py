@@ -13,17 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import proxy
-from proxy.extract_tool import TOOL_DEFINITION
-from proxy.session import rebuild
-from proxy.session_state import SessionState
-from proxy.wire.base import Outgoing, Round
-from proxy.wire.messages_blocks import CONTINUED, to_neutral
-from proxy.wire.messages_request import (
+from proxy.session.extract_tool import TOOL_DEFINITION
+from proxy.session.rebuild import Outgoing, rebuild
+from proxy.session.state import SessionState
+from proxy.wire.base import Round
+from proxy.wire.messages.bodies import (
     EXTRACT_TOOL,
     MAX_BREAKPOINTS,
     SUMMARY_MAX_TOKENS,
-    MalformedRequest,
-    check_request,
     client_defines_tool,
     continue_body,
     count_breakpoints,
@@ -32,11 +29,13 @@ from proxy.wire.messages_request import (
     is_extract_use,
     learned_window,
     limit_breakpoints,
-    request_error,
     summary_body,
     upstream_body,
     with_summary,
 )
+from proxy.wire.messages.checks import MalformedRequest, check_request, request_error
+from proxy.wire.messages.from_neutral import CONTINUED
+from proxy.wire.messages.to_neutral import to_neutral
 
 from ..core.test_purity import FORBIDDEN, imported_roots
 from .messages_cases import (

@@ -9,15 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.extract_tool import split_calls
-from proxy.sse import SSEDecoder
+from proxy.session.extract_tool import split_calls
 from proxy.wire.base import StreamRelay, Usage
-from proxy.wire.messages_stream import (
-    UNFINISHED,
-    MessagesRelay,
-    error_event,
-    stream_error,
-)
+from proxy.wire.messages.reply import UNFINISHED
+from proxy.wire.messages.stream import MessagesRelay, error_event, stream_error
+from proxy.wire.sse import SSEDecoder
 
 from .messages_cases import (
     SIG,

@@ -14,25 +14,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.compact import placeholder_for
-from proxy.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
-from proxy.fingerprint import PrefixChain
-from proxy.session import UnrecognisedHistory, rebuild, validate
-from proxy.session_state import HiddenExtract, SessionState
-from proxy.wire import (
-    responses_back,
-    responses_items,
-    responses_requests,
-    responses_rounds,
-    responses_stream,
-    responses_tool,
-)
-from proxy.wire.responses_back import messages_to_items
-from proxy.wire.responses_items import (
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
+from proxy.session.fingerprint import PrefixChain
+from proxy.session.history import UnrecognisedHistory, validate
+from proxy.session.rebuild import rebuild
+from proxy.session.state import HiddenExtract, SessionState
+from proxy.wire.responses import bodies as responses_requests
+from proxy.wire.responses import from_neutral as responses_back
+from proxy.wire.responses import reply as responses_rounds
+from proxy.wire.responses import stream as responses_stream
+from proxy.wire.responses import to_neutral as responses_items
+from proxy.wire.responses import tool as responses_tool
+from proxy.wire.responses.from_neutral import messages_to_items
+from proxy.wire.responses.to_neutral import (
     X_ITEMS,
     items_to_messages,
     output_to_message,
 )
-from proxy.wire.responses_tool import (
+from proxy.wire.responses.tool import (
     EXTRACT_TOOL,
     client_defines_tool,
     inject_tool,
@@ -695,7 +694,7 @@ def test_an_unchanged_history_sent_as_it_came_is_what_converting_back_gives(
 ) -> None:
     """The fast path for a turn nothing applies to (`Outgoing.unchanged`) sends the client's
     own `input`: byte for byte what converting the neutral messages back would send."""
-    from proxy.wire.responses import ResponsesWire
+    from proxy.wire.responses.adapter import ResponsesWire
 
     wire = ResponsesWire()
     body = {"model": "m", "instructions": "rules", "input": items, "store": False}

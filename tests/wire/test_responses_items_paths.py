@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.session import UnrecognisedHistory
-from proxy.wire import responses_back as rb
-from proxy.wire import responses_items as ri
-from proxy.wire.responses_back import messages_to_items
-from proxy.wire.responses_items import X_ITEMS, items_to_messages, parts_text
+from proxy.session.history import UnrecognisedHistory
+from proxy.wire.responses import from_neutral as rb
+from proxy.wire.responses import to_neutral as ri
+from proxy.wire.responses.from_neutral import messages_to_items
+from proxy.wire.responses.to_neutral import X_ITEMS, items_to_messages, parts_text
 from tests.bench.histories import responses_body
 from tests.wire.test_responses_items import histories
 

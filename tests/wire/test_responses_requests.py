@@ -8,19 +8,18 @@ from typing import Any
 import pytest
 
 from proxy.compact import format_compacted_summary
-from proxy.fingerprint import PrefixChain
-from proxy.session import rebuild
-from proxy.session_state import SessionState
-from proxy.summarizer import _shrink
-from proxy.wire.base import Outgoing
-from proxy.wire.responses_back import messages_to_items
-from proxy.wire.responses_items import X_ITEMS, items_to_messages
-from proxy.wire.responses_requests import (
+from proxy.compaction.summarizer import _shrink
+from proxy.session.fingerprint import PrefixChain
+from proxy.session.rebuild import Outgoing, rebuild
+from proxy.session.state import SessionState
+from proxy.wire.responses.bodies import (
     summary_item,
     summary_reply,
     summary_request,
     upstream_input,
 )
+from proxy.wire.responses.from_neutral import messages_to_items
+from proxy.wire.responses.to_neutral import X_ITEMS, items_to_messages
 
 DEV = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]}
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA\u00e9"}
@@ -211,7 +210,7 @@ def test_a_continuation_never_sends_back_reasoning_it_cannot_look_up(store: bool
     false` and no `include` the reasoning came without `encrypted_content`: the provider
     could not find it (404), so it is left out, with the ids that point at it."""
     from proxy.wire.base import Round
-    from proxy.wire.responses import ResponsesWire
+    from proxy.wire.responses.adapter import ResponsesWire
 
     bare = {"type": "reasoning", "id": "rs_9", "summary": []}
     call = {"type": "function_call", "id": "fc_9", "call_id": "x9", "name": "f", "arguments": "{}"}

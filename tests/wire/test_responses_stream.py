@@ -12,12 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME, split_calls
-from proxy.sse import SSEDecoder
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, split_calls
 from proxy.wire.base import Usage
-from proxy.wire.responses_back import messages_to_items
-from proxy.wire.responses_items import X_ITEMS, output_to_message
-from proxy.wire.responses_rounds import (
+from proxy.wire.responses.from_neutral import messages_to_items
+from proxy.wire.responses.reply import (
     RoundResult,
     hidden_indexes,
     merge_responses,
@@ -26,8 +24,10 @@ from proxy.wire.responses_rounds import (
     usage_of,
     usage_sum,
 )
-from proxy.wire.responses_stream import ResponsesRelay, encode_event, error_event
-from proxy.wire.responses_tool import EXTRACT_TOOL
+from proxy.wire.responses.stream import ResponsesRelay, encode_event, error_event
+from proxy.wire.responses.to_neutral import X_ITEMS, output_to_message
+from proxy.wire.responses.tool import EXTRACT_TOOL
+from proxy.wire.sse import SSEDecoder
 
 Event = tuple[str, dict[str, Any], bytes]
 CLIENT_TOOLS = [{"type": "function", "name": "exec_command", "parameters": {}}]
