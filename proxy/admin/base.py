@@ -26,10 +26,8 @@ from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
 from proxy.settings import Settings
 from proxy.store import SessionKey, Store, StoredSession, StoreError
+from proxy.wire.apis import wire_named
 from proxy.wire.base import Wire
-from proxy.wire.chat.adapter import ChatWire
-from proxy.wire.messages.adapter import MessagesWire
-from proxy.wire.responses.adapter import ResponsesWire
 
 log = logging.getLogger("proxy.admin")
 
@@ -214,11 +212,7 @@ async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
 
 def wire_of(name: str | None) -> Wire:
     """The adapter of a session's API (sessions saved before the proxy noted it: chat)."""
-    if name == "responses":
-        return ResponsesWire()
-    if name == "messages":
-        return MessagesWire()
-    return ChatWire()
+    return wire_named(name)
 
 
 def rebuild_view(state: SessionState) -> Rebuild | None:

@@ -42,7 +42,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 def _has_key(settings: Settings, wire: Wire) -> bool:
     """Whether the proxy holds a key of its own for this wire's upstream."""
-    key = settings.anthropic_api_key if wire.name == "messages" else settings.upstream_api_key
+    key = settings.anthropic_api_key if wire.provider == "anthropic" else settings.upstream_api_key
     return key is not None
 
 
@@ -50,7 +50,7 @@ def _summary_route(request: Request, wire: Wire) -> tuple[Upstream, dict[str, st
     """The upstream and headers of a manual summary, in the session's own API, made with
     the configured key (the admin API holds no client credentials)."""
     settings: Settings = request.app.state.settings
-    if wire.name == "messages":
+    if wire.provider == "anthropic":
         key = settings.anthropic_api_key
         if key is None:
             raise Conflict(
@@ -99,20 +99,13 @@ def _tools_named_in(rb: Rebuild, wire: Wire) -> list[dict[str, Any]] | None:
     """Minimal definitions of the tools the history calls: some providers refuse tool
     messages without them, and the admin API never saw the client's `tools`. A Messages
     summary goes without: its tool blocks are then sent as text."""
-    if wire.name == "messages":
-        return None
     names: dict[str, None] = {}
     for message in rb.upstream_messages():
         for call in message.get("tool_calls") or []:
             name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
             if isinstance(name, str) and name:
                 names[name] = None
-    schema = {"type": "object"}
-    if wire.name == "responses":
-        tools = [{"type": "function", "name": n, "parameters": schema} for n in names]
-    else:
-        tools = [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
-    return tools or None
+    return wire.summary_tools(list(names))
 
 
 async def compact_session(request: Request) -> Response:

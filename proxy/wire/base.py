@@ -82,6 +82,7 @@ class Wire(Protocol):
 
     name: str  # "chat", "responses", "messages": logs, metrics, the admin view
     path: str  # the upstream path, relative to that upstream's base URL
+    provider: str  # "openai" or "anthropic": whose upstream and API key serve it
     history_field: str  # the body's field that holds the conversation
 
     def parse(self, raw: bytes) -> JSON:
@@ -109,6 +110,12 @@ class Wire(Protocol):
         ...
 
     def tools(self, body: JSON) -> Any: ...
+
+    def summary_tools(self, names: list[str]) -> list[JSON] | None:
+        """Minimal definitions of the named tools, for a summary request that has no client
+        body to take them from (some providers refuse tool messages without them); None
+        where the API sends a summary's tool blocks as text instead."""
+        ...
 
     def with_extract_tool(self, tools: Any) -> list[Any]: ...
 

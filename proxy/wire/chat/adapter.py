@@ -115,6 +115,7 @@ class ChatWire:
 
     name = "chat"
     path = "/chat/completions"
+    provider = "openai"
     history_field = "messages"
 
     def parse(self, raw: bytes) -> JSON:
@@ -132,6 +133,11 @@ class ChatWire:
 
     def as_received(self, messages: list[JSON]) -> list[Any]:
         return messages
+
+    def summary_tools(self, names: list[str]) -> list[JSON] | None:
+        schema = {"type": "object"}
+        tools = [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
+        return tools or None
 
     def tools(self, body: JSON) -> Any:
         return body.get("tools")

@@ -63,6 +63,7 @@ class MessagesWire:
 
     name = "messages"
     path = "/messages"
+    provider = "anthropic"
     history_field = "messages"
 
     def parse(self, raw: bytes) -> JSON:
@@ -91,6 +92,9 @@ class MessagesWire:
     def as_received(self, messages: list[JSON]) -> list[Any]:
         # Half the bytes of the neutral messages, which carry them and what came of them.
         return [m.get(X_ITEMS, m) if isinstance(m, dict) else m for m in messages]
+
+    def summary_tools(self, names: list[str]) -> list[JSON] | None:
+        return None  # a Messages summary sends its tool blocks as text
 
     def tools(self, body: JSON) -> Any:
         return body.get("tools")

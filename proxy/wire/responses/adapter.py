@@ -94,6 +94,7 @@ class ResponsesWire:
 
     name = "responses"
     path = "/responses"
+    provider = "openai"
     history_field = "input"
 
     def parse(self, raw: bytes) -> JSON:
@@ -120,6 +121,10 @@ class ResponsesWire:
     def as_received(self, messages: list[JSON]) -> list[Any]:
         # Half the bytes of the neutral messages, which carry them and what came of them.
         return [m.get(items.X_ITEMS, m) if isinstance(m, dict) else m for m in messages]
+
+    def summary_tools(self, names: list[str]) -> list[JSON] | None:
+        schema = {"type": "object"}
+        return [{"type": "function", "name": n, "parameters": schema} for n in names] or None
 
     def tools(self, body: JSON) -> Any:
         return body.get("tools")
