@@ -18,8 +18,8 @@ from starlette.applications import Starlette
 from proxy.server.app import create_app
 from proxy.settings import Settings
 from proxy.upstream.client import Pool
-from tests.fake_upstream import FakeUpstream
-from tests.servers import UvicornThread
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import UvicornThread
 
 
 @dataclass

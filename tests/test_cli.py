@@ -22,8 +22,8 @@ from proxy.admin import sessions_cli
 from proxy.server.logging import JsonFormatter, configure_logging
 from proxy.settings import Settings
 from proxy.store import SessionKey, open_store
-from tests.fake_upstream import FakeUpstream
-from tests.servers import free_port
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port
 
 
 @pytest.fixture(autouse=True)

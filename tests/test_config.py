@@ -21,8 +21,8 @@ from proxy.compact import (
 from proxy.server.app import load_compactor
 from proxy.settings import OPTIONS, ConfigError, load_settings
 from proxy.turn.pipeline import MIN_HEADER_THRESHOLD
-from tests.agent import Agent, ModelScript, model_requests
-from tests.fake_upstream import FakeUpstream
+from tests.support.agent import Agent, ModelScript, model_requests
+from tests.support.fake_upstream import FakeUpstream
 
 ENV = {"XDG_STATE_HOME": "/state"}
 

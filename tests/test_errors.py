@@ -35,7 +35,7 @@ from proxy.errors import (
     handle_unexpected,
 )
 from proxy.server.logging import RequestLogMiddleware
-from tests.servers import UvicornThread
+from tests.support.servers import UvicornThread
 
 SECRET = "sk-secret-in-an-exception-message"
 

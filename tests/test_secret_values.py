@@ -18,8 +18,8 @@ import pytest
 
 from proxy import cli
 from proxy.settings import ConfigError, Settings, load_settings
-from tests.fake_upstream import FakeUpstream
-from tests.servers import UvicornThread
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import UvicornThread
 
 SECRETS = (
     ("XUN_ADMIN_KEY", "admin_key", "admin.key"),

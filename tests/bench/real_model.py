@@ -44,7 +44,7 @@ from proxy.server.app import create_app
 from proxy.session.history import estimate_tokens
 from proxy.settings import Settings
 from tests.bench.common import CACHE, Child, free_port, machine, run_dir, table, write_result
-from tests.servers import UvicornThread
+from tests.support.servers import UvicornThread
 
 HOME = Path(os.environ.get("XUN_REAL_MODEL_HOME") or CACHE / "real-model")
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"

@@ -58,7 +58,7 @@ from tests.bench.common import (
 )
 from tests.bench.economy import LONG, Config, ReplayUpstream, account, replay
 from tests.bench.tokens import Counter
-from tests.servers import UvicornThread
+from tests.support.servers import UvicornThread
 
 BASELINE = "4bc733c"  # main just before the artifact trail (the branch's base)
 STRATEGIES = {"seed": "proxy.compact:AutoCompactor", "cache-aware": "cache-aware"}
@@ -198,7 +198,7 @@ class TrailUpstream(ReplayUpstream):
 
     def __init__(self, trajectories: list[Any], counter: Counter) -> None:
         super().__init__(trajectories, counter)
-        from tests.corpus import turns
+        from tests.support.corpus import turns
 
         self.histories = [[len(h) for h, _ in turns(t)] for t in trajectories]
         self.paths = [[argument_paths(m) for m in t.messages] for t in trajectories]
@@ -285,7 +285,7 @@ def children(
 
 
 def pick(args: argparse.Namespace) -> list[Any]:
-    from tests.corpus import load_all
+    from tests.support.corpus import load_all
 
     trajectories = load_all()
     if args.only:

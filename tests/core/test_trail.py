@@ -19,8 +19,7 @@ from proxy.artifacts import call_paths, command_paths, constraints, error_line, 
 from proxy.conversation import Conversation
 from proxy.conversation_message import SystemPrompt, message_from_json
 from proxy.session.state import SessionState
-
-from .helpers import tool_call
+from tests.support.core_helpers import tool_call
 
 
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:

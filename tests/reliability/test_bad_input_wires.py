@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from proxy.session.identity import session_header
 from proxy.session.state import SessionState
-from tests.fake_responses import PLACEHOLDER_RE, ReadFiles, Turn, input_items
-from tests.wire_sessions import (
+from tests.support.fake_responses import PLACEHOLDER_RE, ReadFiles, Turn, input_items
+from tests.support.wire_sessions import (
     INSTRUCTIONS,
     MESSAGES_MODEL,
     MESSAGES_SYSTEM,

@@ -35,11 +35,11 @@ from proxy.session.state import HiddenExtract, SessionState, add_hidden
 from proxy.store import SessionKey
 from proxy.store.memory import MemoryStore
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.reliability.rawupstream import chunk, completion, sse
 from tests.scale.script import NumberedModel, read_state, session_key
 from tests.scale.test_concurrency import WARM_TURNS, burst, warm_up
-from tests.servers import UvicornThread
+from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
+from tests.support.servers import UvicornThread
 
 URL = "/v1/chat/completions"
 HELLO = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import SpawnProxy, wait_until
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}], "stream": True}
 PATHS = {

@@ -21,8 +21,8 @@ import redis
 from proxy.session.state import SessionState
 from proxy.turn.saving import SETTLE_WAIT_S
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream
 from tests.reliability.conftest import RedisServer
+from tests.support.fake_upstream import FakeUpstream
 
 HEADERS = {"authorization": "Bearer sk-store", "x-session-id": "store-1"}
 

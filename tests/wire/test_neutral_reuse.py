@@ -22,8 +22,8 @@ from proxy.wire.neutral_reuse import NeutralReuse
 from proxy.wire.responses.adapter import ResponsesWire
 from proxy.wire.responses.to_neutral import convert as convert_items
 from proxy.wire.responses.to_neutral import items_to_messages
-from tests.wire.messages_cases import requests, session
-from tests.wire.test_responses_items import fc, fco, histories
+from tests.wire.messages.messages_cases import requests, session
+from tests.wire.responses.test_responses_items import fc, fco, histories
 
 WIRE = MessagesWire()
 

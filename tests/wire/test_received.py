@@ -15,7 +15,7 @@ from proxy.wire.base import Wire
 from proxy.wire.chat.adapter import ChatWire
 from proxy.wire.messages.adapter import MessagesWire
 from proxy.wire.responses.adapter import ResponsesWire
-from tests.wire.messages_cases import SIG, session, tool_result, tool_use
+from tests.wire.messages.messages_cases import SIG, session, tool_result, tool_use
 
 RESPONSES: list[dict[str, Any]] = [
     {"role": "developer", "content": "Be terse."},

@@ -22,12 +22,19 @@ from proxy.wire.messages.stream import MessagesRelay
 from proxy.wire.responses.adapter import Relay
 from proxy.wire.responses.whole import NOT_A_RESPONSE
 from proxy.wire.sse import SSEDecoder
-
-from .messages_cases import USAGE_1, USAGE_2, client_view, relay_round, reply, stream, text
-from .messages_cases import extract as m_extract
-from .messages_cases import thinking as m_thinking
-from .messages_cases import use as m_use
-from .test_responses_stream import (
+from tests.wire.messages.messages_cases import (
+    USAGE_1,
+    USAGE_2,
+    client_view,
+    relay_round,
+    reply,
+    stream,
+    text,
+)
+from tests.wire.messages.messages_cases import extract as m_extract
+from tests.wire.messages.messages_cases import thinking as m_thinking
+from tests.wire.messages.messages_cases import use as m_use
+from tests.wire.responses.test_responses_stream import (
     call,
     extract,
     items_seen,
