@@ -206,3 +206,15 @@ def test_the_cache_aware_strategys_old_path_is_an_alias() -> None:
     assert old.CacheAwareCompactor is CacheAwareCompactor
     compactor = load_compactor(Settings(compactor="proxy.cache_compact:CacheAwareCompactor"))
     assert type(compactor) is CacheAwareCompactor
+
+
+def test_no_function_runs_past_80_lines() -> None:
+    long = {
+        f"{p.relative_to(ROOT)}:{node.name}": node.end_lineno - node.lineno + 1
+        for p in ROOT.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > 80
+    }
+    assert long == {}

@@ -32,7 +32,7 @@ from proxy.errors import InvalidRequest, UpstreamError
 from proxy.session.rebuild import Rebuild, apply_compaction
 from proxy.session.state import SessionState
 from proxy.settings import Settings
-from proxy.store import StoreError, VersionConflict
+from proxy.store import StoredSession, StoreError, VersionConflict
 from proxy.trail import counts as trail_counts
 from proxy.upstream.client import Upstream
 from proxy.wire.base import Wire
@@ -129,82 +129,17 @@ async def compact_session(request: Request) -> Response:
         keep = settings.summary_keep_max if body.keep is None else body.keep
         return await _defer_summary(request, stored, state, len(rb.messages), keep)
     else:
-        upstream, headers = _summary_route(request, wire)
-        model = body.model or settings.summary_model
-        if not model:
-            raise InvalidRequest(
-                'A summary needs a model: pass "model" in the body, or start the proxy with '
-                "--summary-model (XUN_SUMMARY_MODEL).",
-                param="model",
-                code="model_required",
-            )
-        summarizer = Summarizer(
-            post=_summary_post(upstream, headers, wire, failures),
-            model=model,
-            tools=_tools_named_in(rb, wire),
-        )
-        agent = CompactionContext(conv, summarizer, settings.token_threshold)
-        keep = settings.summary_keep_max if body.keep is None else body.keep
-        result = await compact_conversation(agent, keep_recent=keep)
-        summary_calls = summarizer.calls
+        result, summary_calls = await _summarise(request, body, rb, wire, failures)
         changed = result.ok
         outcome = result.status.value
     tokens_before = state.total_tokens
     apply_compaction(rb)
-    if changed:
-        length_after = conv.estimated_message_length()
-        if tokens_before is not None and length_before:
-            # Same estimate as auto-compaction: scale the last usage by what is left.
-            state.total_tokens = int(tokens_before * length_after / length_before)
-        report = {
-            "level": body.mode,
-            "manual": True,
-            "result": result.to_dict(),
-            "tokens_before": tokens_before,
-            "estimated_tokens_after": state.total_tokens,
-        }
-        state.last_compaction = report
-        state.turn_log.append(
-            {
-                "at": time.time(),
-                "messages": len(rb.messages),
-                "total_tokens": state.total_tokens,
-                "prompt_tokens": None,
-                "cached_tokens": None,
-                "compaction": body.mode,
-                "manual": True,
-            }
-        )
     version = stored.version
     if changed:
-        try:
-            version = await session_store(request).put(
-                stored.key,
-                state.to_bytes(),
-                state.meta(len(rb.messages)),
-                expected_version=stored.version,
-            )
-        except VersionConflict as exc:
-            raise Conflict(
-                "The session changed while it was being compacted; try again.",
-                code="version_conflict",
-            ) from exc
-        except StoreError as exc:
-            raise store_failed(request, exc) from exc
-    metrics = getattr(request.app.state, "metrics", None)
-    if metrics is not None:
-        metrics.observe_compaction(
-            body.mode,
-            outcome,
-            "manual",
-            wire=wire.name,
-            tokens_before=tokens_before if changed else None,
-            tokens_after=state.total_tokens if changed else None,
-        )
-        metrics.summary_calls.inc(summary_calls)
-        if changed and body.mode == "summary" and state.trail:
-            for kind, count in trail_counts(state.trail).items():
-                metrics.trail_entries.labels(kind=kind).observe(count)
+        _record(state, rb, body.mode, result, tokens_before, length_before)
+        version = await _save(request, stored, state, len(rb.messages))
+    _observe(request, body.mode, outcome, wire, state, (changed, tokens_before))
+    _observe_summary(request, body.mode, changed, state, summary_calls)
     payload: dict[str, Any] = {
         **result.to_dict(),
         "mode": body.mode,
@@ -215,6 +150,115 @@ async def compact_session(request: Request) -> Response:
     if failures and not changed:
         payload["upstream_error"] = failures[-1]
     return JSONResponse(payload)
+
+
+async def _summarise(
+    request: Request, body: CompactBody, rb: Rebuild, wire: Wire, failures: list[str]
+) -> tuple[Any, int]:
+    """A manual summary of the session's head: the result and the summary calls it made."""
+    settings: Settings = request.app.state.settings
+    upstream, headers = _summary_route(request, wire)
+    model = body.model or settings.summary_model
+    if not model:
+        raise InvalidRequest(
+            'A summary needs a model: pass "model" in the body, or start the proxy with '
+            "--summary-model (XUN_SUMMARY_MODEL).",
+            param="model",
+            code="model_required",
+        )
+    summarizer = Summarizer(
+        post=_summary_post(upstream, headers, wire, failures),
+        model=model,
+        tools=_tools_named_in(rb, wire),
+    )
+    agent = CompactionContext(rb.conversation, summarizer, settings.token_threshold)
+    keep = settings.summary_keep_max if body.keep is None else body.keep
+    result = await compact_conversation(agent, keep_recent=keep)
+    return result, summarizer.calls
+
+
+def _record(
+    state: SessionState,
+    rb: Rebuild,
+    mode: str,
+    result: Any,
+    tokens_before: int | None,
+    length_before: int,
+) -> None:
+    """What a manual compaction that changed something leaves in the session's state."""
+    length_after = rb.conversation.estimated_message_length()
+    if tokens_before is not None and length_before:
+        # Same estimate as auto-compaction: scale the last usage by what is left.
+        state.total_tokens = int(tokens_before * length_after / length_before)
+    state.last_compaction = {
+        "level": mode,
+        "manual": True,
+        "result": result.to_dict(),
+        "tokens_before": tokens_before,
+        "estimated_tokens_after": state.total_tokens,
+    }
+    state.turn_log.append(
+        {
+            "at": time.time(),
+            "messages": len(rb.messages),
+            "total_tokens": state.total_tokens,
+            "prompt_tokens": None,
+            "cached_tokens": None,
+            "compaction": mode,
+            "manual": True,
+        }
+    )
+
+
+async def _save(request: Request, stored: StoredSession, state: SessionState, count: int) -> int:
+    """The compacted state saved over the one it was read from: its new version."""
+    try:
+        version: int = await session_store(request).put(
+            stored.key, state.to_bytes(), state.meta(count), expected_version=stored.version
+        )
+    except VersionConflict as exc:
+        raise Conflict(
+            "The session changed while it was being compacted; try again.",
+            code="version_conflict",
+        ) from exc
+    except StoreError as exc:
+        raise store_failed(request, exc) from exc
+    return version
+
+
+def _observe(
+    request: Request,
+    mode: str,
+    outcome: str,
+    wire: Wire,
+    state: SessionState,
+    change: tuple[bool, int | None],
+) -> None:
+    """The manual compaction in the metrics; `change`: whether it changed the session, and
+    the session's tokens before it."""
+    changed, tokens_before = change
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.observe_compaction(
+            mode,
+            outcome,
+            "manual",
+            wire=wire.name,
+            tokens_before=tokens_before if changed else None,
+            tokens_after=state.total_tokens if changed else None,
+        )
+
+
+def _observe_summary(
+    request: Request, mode: str, changed: bool, state: SessionState, summary_calls: int
+) -> None:
+    """The summary calls made, and the trail a new summary carries, in the metrics."""
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.summary_calls.inc(summary_calls)
+        if changed and mode == "summary" and state.trail:
+            for kind, count in trail_counts(state.trail).items():
+                metrics.trail_entries.labels(kind=kind).observe(count)
 
 
 async def _defer_summary(

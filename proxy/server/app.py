@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from proxy.admin.page import admin_web_routes
 from proxy.compact import AutoCompactor, CompactorAbstract
@@ -126,6 +126,53 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(ready)
 
 
+def _open_store(settings: Settings) -> Store:
+    """The configured store, behind the read cache."""
+    opened = open_store(
+        settings.store_url,
+        max_session_bytes=settings.session_max_bytes,
+        ttl_seconds=settings.session_ttl_seconds,
+    )
+    return with_cache(
+        opened,
+        settings.store_url,
+        max_entries=settings.store_cache_entries,
+        max_bytes=settings.store_cache_bytes,
+    )
+
+
+def _routes(chat_endpoint: Endpoint) -> list[BaseRoute]:
+    """The model routes first: starlette tries routes in order, and they carry the traffic."""
+    return [
+        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *admin_web_routes(),
+        Route("/v1/messages/{path:path}", anthropic_forward_endpoint, methods=FORWARD_METHODS),
+        Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
+    ]
+
+
+def _middleware(settings: Settings, metrics: Metrics, drain: Drain) -> list[Middleware]:
+    """Outermost first: the access log, metrics, the drain gate, the guard, the origin rules."""
+    middleware = [
+        Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
+        Middleware(MetricsMiddleware, metrics=metrics),
+        Middleware(DrainMiddleware, drain=drain),
+        Middleware(
+            GuardMiddleware,
+            body_timeout=settings.body_timeout,
+            send_timeout=settings.send_timeout,
+        ),
+    ]
+    if settings.upstream_api_key is not None:  # the proxy spends a key of its own
+        middleware.append(Middleware(OriginGuardMiddleware, allowed_hosts=settings.allowed_hosts))
+    return middleware
+
+
 def create_app(
     settings: Settings,
     *,
@@ -144,17 +191,7 @@ def create_app(
         owned = store is None
         active = store
         if active is None:
-            opened = open_store(
-                settings.store_url,
-                max_session_bytes=settings.session_max_bytes,
-                ttl_seconds=settings.session_ttl_seconds,
-            )
-            active = with_cache(
-                opened,
-                settings.store_url,
-                max_entries=settings.store_cache_entries,
-                max_bytes=settings.store_cache_bytes,
-            )
+            active = _open_store(settings)
         app.state.upstream = upstream
         app.state.anthropic_upstream = anthropic
         app.state.store = active
@@ -168,18 +205,6 @@ def create_app(
             if owned:
                 await active.close()
 
-    # The model routes first: starlette tries routes in order, and they carry the traffic.
-    routes = [
-        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        *admin_web_routes(),
-        Route("/v1/messages/{path:path}", anthropic_forward_endpoint, methods=FORWARD_METHODS),
-        Route("/v1/{path:path}", forward_endpoint, methods=FORWARD_METHODS),
-    ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ProxyError: handle_proxy_error,
         HTTPException: handle_http_exception,
@@ -187,21 +212,9 @@ def create_app(
     }
     metrics = Metrics()
     drain = Drain()
-    middleware = [
-        Middleware(RequestLogMiddleware, include_exception_text=settings.log_content),
-        Middleware(MetricsMiddleware, metrics=metrics),
-        Middleware(DrainMiddleware, drain=drain),
-        Middleware(
-            GuardMiddleware,
-            body_timeout=settings.body_timeout,
-            send_timeout=settings.send_timeout,
-        ),
-    ]
-    if settings.upstream_api_key is not None:  # the proxy spends a key of its own
-        middleware.append(Middleware(OriginGuardMiddleware, allowed_hosts=settings.allowed_hosts))
     app = Starlette(
-        routes=routes,
-        middleware=middleware,
+        routes=_routes(chat_endpoint),
+        middleware=_middleware(settings, metrics, drain),
         exception_handlers=handlers,
         lifespan=lifespan,
     )

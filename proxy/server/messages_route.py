@@ -1,8 +1,7 @@
 """POST /v1/messages (also ?beta=true): the compacting path for Anthropic's Messages API.
 
 The turn itself is `proxy.turn.pipeline`; the Messages side of it is `proxy.wire.messages.adapter`.
-It goes
-to `upstream.anthropic_base_url`, as do `/v1/messages/count_tokens` and the other
+It goes to `upstream.anthropic_base_url`, as do `/v1/messages/count_tokens` and the other
 `/v1/messages/...` routes (passed through).
 """
 

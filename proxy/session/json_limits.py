@@ -19,10 +19,9 @@ literals.
 The dump is not thrown away: with `history_field` named, the body is written in two parts
 (`Written`), the history's value and the rest with a marker in its place. The prefix hash
 (`proxy.session.fingerprint.raw_digests`) reads the history's bytes instead of writing the list
-again,
-and an upstream body that sends the client's history as it came is the rest with those bytes
-put back (`Written.body`): the history is written once a request instead of three times.
-Pure: no I/O.
+again, and an upstream body that sends the client's history as it came is the rest with those bytes
+put back (`Written.body`): the history is written once a request instead of three times. Pure: no
+I/O.
 """
 
 from __future__ import annotations
@@ -114,9 +113,8 @@ class Written:
     `history_json`) apart from the rest.
 
     `resume` and `end_hash` carry the prefix hash's SHA-256 from a session's request to the
-    next (`proxy.session.fingerprint.raw_digests`): `end_hash` is that hash of `history_json` once
-    it
-    has read every item, set when the hash is made; `resume` is the last request's, with how
+    next (`proxy.session.fingerprint.raw_digests`): `end_hash` is that hash of `history_json`
+    once it has read every item, set when the hash is made; `resume` is the last request's, with how
     many items and bytes this history shares with it, set by whoever knows they are the same.
     """
 

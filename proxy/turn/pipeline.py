@@ -1,12 +1,11 @@
 """One compacting turn, whatever the wire format: the request flow of every model route.
 
-route -> wire.parse -> Pipeline.prepare (session key, load, rebuild, compact: threshold,
-projected and reactive triggers) -> wire.upstream_body -> upstream -> wire relay (hides the
-proxy's extract calls; the pipeline answers them and asks upstream again) -> record the
-usage, save. `proxy.turn.session_turn.Turn` holds the session's state and the compaction lease; the
-wire
-adapter (`proxy.wire`) knows bodies, streams, usage and error shapes. Every failure of the
-proxy's own degrades to sending the request upstream uncompacted.
+route -> wire.parse -> Pipeline.prepare (session key, load, rebuild, compact: threshold, projected
+and reactive triggers) -> wire.upstream_body -> upstream -> wire relay (hides the proxy's extract
+calls; the pipeline answers them and asks upstream again) -> record the usage, save.
+`proxy.turn.session_turn.Turn` holds the session's state and the compaction lease; the wire adapter
+(`proxy.wire`) knows bodies, streams, usage and error shapes. Every failure of the proxy's own
+degrades to sending the request upstream uncompacted.
 """
 
 from __future__ import annotations

@@ -28,9 +28,8 @@ import httptools
 # Reading pauses while this much of a body waits for its reader, and resumes below LOW_WATER.
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
-# `proxy.upstream.client` retries on a fresh connection when it sees these words: the server closed
-# a
-# kept-alive connection just as it was reused, before it read the request.
+# `proxy.upstream.client` retries on a fresh connection when it sees these words: the server
+# closed a kept-alive connection just as it was reused, before it read the request.
 NO_RESPONSE = "Server disconnected without sending a response."
 INCOMPLETE_BODY = "peer closed connection without sending complete message body"
 

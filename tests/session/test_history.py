@@ -1,6 +1,5 @@
-"""proxy.session.history.validate from a start: a prefix checked before is not checked again, and
-the
-answer is the one a check of the whole history gives."""
+"""proxy.session.history.validate from a start: a prefix checked before is not checked again,
+and the answer is the one a check of the whole history gives."""
 
 from __future__ import annotations
 

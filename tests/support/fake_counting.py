@@ -1,12 +1,11 @@
 """Fake upstreams that count a prompt otherwise than the proxy estimates it, as real models do.
 
 The proxy estimates a prompt at chars / 4 plus 4 a message
-(`proxy.session.rebuild.estimate_tokens`);
-a real server bills what its tokenizer and chat template make of the request, and refuses a
-prompt over its window by that same count. These are the faithful fakes of
-tests/support/fake_upstream.py, tests/support/fake_responses.py and tests/support/fake_messages.py
-(same routes, recording and scripting) with another count, used both for `usage` and against
-`context_window`, whose refusals keep each API's exact shape:
+(`proxy.session.rebuild.estimate_tokens`); a real server bills what its tokenizer and chat template
+make of the request, and refuses a prompt over its window by that same count. These are the faithful
+fakes of tests/support/fake_upstream.py, tests/support/fake_responses.py and
+tests/support/fake_messages.py (same routes, recording and scripting) with another count, used both
+for `usage` and against `context_window`, whose refusals keep each API's exact shape:
 
 - `ToolBlindUpstream`: a chat template that leaves tool messages out (llama.cpp's Gemma format
   keeps only user and assistant text). The bill is below the estimate, and reclaiming tool

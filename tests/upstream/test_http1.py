@@ -1,9 +1,8 @@
 """`proxy.upstream.http1.Http1Connection` against real sockets.
 
-Each test scripts a raw asyncio server on 127.0.0.1 byte for byte (no HTTP library on that
-side) and drives one connection the way `proxy.upstream.pool` does: httpcore's request in,
-httpcore's
-response out, httpcore's exceptions for what goes wrong.
+Each test scripts a raw asyncio server on 127.0.0.1 byte for byte (no HTTP library on that side) and
+drives one connection the way `proxy.upstream.pool` does: httpcore's request in, httpcore's response
+out, httpcore's exceptions for what goes wrong.
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """Responses API items <-> neutral messages.
 
-A stateless Responses request carries the whole history as `input` items. `items_to_messages`
-groups them into the Chat Completions-shaped messages the core works on: leading developer or
-system items become system messages, each user item a user message, each run of model items
-(reasoning, assistant text, calls of any kind, unknown items) one assistant message with a
-tool call per item that has a `call_id`, and each output a tool message. Every message keeps
-the very items it came from under `x_items`; `messages_to_items`
-(`proxy.wire.responses.from_neutral`)
-emits those verbatim, so a history the core left alone comes back byte for byte (reasoning
-`encrypted_content` included). The extract tool in the Responses shape is
-`proxy.wire.responses.tool`. Pure: no I/O.
+A stateless Responses request carries the whole history as `input` items. `items_to_messages` groups
+them into the Chat Completions-shaped messages the core works on: leading developer or system items
+become system messages, each user item a user message, each run of model items (reasoning, assistant
+text, calls of any kind, unknown items) one assistant message with a tool call per item that has a
+`call_id`, and each output a tool message. Every message keeps the very items it came from under
+`x_items`; `messages_to_items` (`proxy.wire.responses.from_neutral`) emits those verbatim, so a
+history the core left alone comes back byte for byte (reasoning `encrypted_content` included). The
+extract tool in the Responses shape is `proxy.wire.responses.tool`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -284,17 +282,7 @@ def convert(items: Any, before: Converted | None = None) -> Converted:
         if kind == COMPACTION:  # the provider's own: the session begins again here
             pending[-1][0][X_PROVIDER_COMPACTION] = True
         if kind == "reasoning" and item.get("call_id") is None:  # what `_add` reads of it
-            summary = item.get("summary")
-            if summary:  # the usual one summary part read in place, as `parts_text` would
-                part = summary[0] if isinstance(summary, list) and len(summary) == 1 else None
-                text = part.get("text") if isinstance(part, dict) else None
-                if not isinstance(text, str):
-                    text = parts_text(summary)
-                if text:
-                    reasoning.append(text)
-            content = item.get("content")
-            if content and (text := parts_text(content)):
-                reasoning.append(text)
+            _read_reasoning(item, reasoning)
             continue
         if kind == "function_call":
             call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
@@ -306,6 +294,21 @@ def convert(items: Any, before: Converted | None = None) -> Converted:
         _add(item, kind, i, texts, reasoning, calls, open_calls)
     _complete(pending)
     return Converted(messages, len(items), originals is None, frozenset(open_calls), leading)
+
+
+def _read_reasoning(item: dict[str, Any], reasoning: list[str]) -> None:
+    """A reasoning item's summary and content text, added to `reasoning`."""
+    summary = item.get("summary")
+    if summary:  # the usual one summary part read in place, as `parts_text` would
+        part = summary[0] if isinstance(summary, list) and len(summary) == 1 else None
+        text = part.get("text") if isinstance(part, dict) else None
+        if not isinstance(text, str):
+            text = parts_text(summary)
+        if text:
+            reasoning.append(text)
+    content = item.get("content")
+    if content and (text := parts_text(content)):
+        reasoning.append(text)
 
 
 def output_to_message(output: Any) -> dict[str, Any]:
