@@ -21,6 +21,7 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.errors import XunError
 from proxy.hosts import normalise_names
 from proxy.setting_values import clean_secret, is_loopback
 
@@ -106,7 +107,7 @@ OPTIONS_BY_KEY: Mapping[str, Option] = {option.key: option for option in OPTIONS
 CONFIG_ENV = "XUN_CONFIG"
 
 
-class ConfigError(Exception):
+class ConfigError(XunError):
     """Configuration that cannot be used; `lines` name each bad key and what is wrong."""
 
     def __init__(self, lines: Iterable[str]) -> None:

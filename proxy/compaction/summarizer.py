@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, SUMMARY_PROMPT
+from proxy.errors import DegradeError
 from proxy.session.extract_tool import content_text
 
 SHARED_NOTE = (
@@ -44,7 +45,7 @@ def holds_summary(message: dict[str, Any]) -> bool:
     return text.startswith((_SUMMARY_HEAD, _CARRIED_HEAD))
 
 
-class ContextLengthExceeded(Exception):
+class ContextLengthExceeded(DegradeError):
     """Upstream refused a request because the prompt does not fit the model's window."""
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.conversation_message import message_chars
+from proxy.errors import DegradeError
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 # Set by a wire adapter on the neutral message that carries a provider's own compaction
@@ -21,7 +22,7 @@ HIDDEN_KEY_PREFIX = "xun-extract:"
 _ESCAPE = "xun-client:"
 
 
-class UnrecognisedHistory(ValueError):
+class UnrecognisedHistory(DegradeError, ValueError):
     """The messages are not a history the proxy can reason about; send them on unchanged."""
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import orjson
 
+from proxy.errors import DegradeError
+
 ORJSON_INT_MIN = -(2**63)
 ORJSON_INT_MAX = 2**64 - 1
 # orjson writes a float of 1e16 or more as `<digits>e+<exponent>`; one read from an integer
@@ -48,7 +50,7 @@ _DIGITS = frozenset(b"0123456789")
 _PLUSES_LOOKED_AT = 16
 
 
-class _Wide(Exception):
+class _Wide(DegradeError):
     """An integer literal orjson would have turned into a float."""
 
 

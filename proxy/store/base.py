@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
+from proxy.errors import DegradeError
+
 DEFAULT_MAX_SESSION_BYTES = 8 * 2**20
 DEFAULT_TTL_SECONDS = 7 * 86400
 
@@ -28,7 +30,7 @@ _ID_LENGTH = 22
 _ID_RE = re.compile(rf"[A-Za-z0-9_-]{{{_ID_LENGTH}}}")
 
 
-class StoreError(Exception):
+class StoreError(DegradeError):
     """The store is unreachable or failed."""
 
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.errors import InvalidRequest
+from proxy.errors import DegradeError, InvalidRequest
 from proxy.session.rebuild import Outgoing
 
 JSON = dict[str, Any]
@@ -73,7 +73,7 @@ class StreamRelay(Protocol):
         ...
 
 
-class Unsupported(Exception):
+class Unsupported(DegradeError):
     """A request this wire can serve only as a pass-through (e.g. server-held history)."""
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.errors import UnreadableInput
 from proxy.wire.messages.content import tool_use_ids
 
 
-class MalformedRequest(ValueError):
+class MalformedRequest(UnreadableInput, ValueError):
     """A request Anthropic would refuse (400, `invalid_request_error`); the text says why."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from proxy.errors import UnreadableInput
 from proxy.session.history import token_count
 from proxy.wire.base import Round, Usage
 from proxy.wire.messages.bodies import is_extract_use
@@ -133,7 +134,7 @@ def merge_messages(rounds: list[dict[str, Any]], hide: bool = True) -> dict[str,
     return merged
 
 
-class UnreadableReply(ValueError):
+class UnreadableReply(UnreadableInput, ValueError):
     """An upstream reply that is not a Messages `message` (no content list)."""
 
 
