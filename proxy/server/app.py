@@ -29,14 +29,13 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
-from proxy.server.forward import anthropic_forward_endpoint, forward, forward_endpoint
+from proxy.server.forward import anthropic_forward_endpoint, forward_endpoint
 from proxy.server.guard import GuardMiddleware
 from proxy.server.lifecycle import Drain, DrainMiddleware, is_draining
 from proxy.server.logging import RequestLogMiddleware
-from proxy.server.messages_route import messages
 from proxy.server.metrics import Metrics, MetricsMiddleware, metrics_endpoint
+from proxy.server.model_routes import chat_completions, messages, responses
 from proxy.server.origin import OriginGuardMiddleware
-from proxy.server.responses_route import responses
 from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
@@ -46,7 +45,6 @@ from proxy.upstream.client import Pool, Upstream
 from proxy.wire.neutral_reuse import NeutralReuse
 
 FORWARD_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-Endpoint = Callable[[Request], Awaitable[Response]]
 _COMPACTOR_FIELDS = (
     "toolcall_keep_max",
     "summary_keep_max",
@@ -86,19 +84,6 @@ def load_compactor(settings: Settings) -> CompactorAbstract:
     kwargs = {name: value for name, value in fields.items() if takes_any or name in params}
     instance: CompactorAbstract = target(**kwargs)
     return instance
-
-
-def _chat_endpoint() -> Endpoint:
-    """`proxy.server.chat_route.chat_completions`, or plain forwarding while that module is
-    absent."""
-    try:
-        module = importlib.import_module("proxy.server.chat_route")
-    except ModuleNotFoundError as exc:
-        if exc.name != "proxy.server.chat_route":
-            raise
-        return forward
-    endpoint: Endpoint = module.chat_completions
-    return endpoint
 
 
 async def healthz(request: Request) -> Response:
@@ -141,10 +126,10 @@ def _open_store(settings: Settings) -> Store:
     )
 
 
-def _routes(chat_endpoint: Endpoint) -> list[BaseRoute]:
+def _routes() -> list[BaseRoute]:
     """The model routes first: starlette tries routes in order, and they carry the traffic."""
     return [
-        Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
@@ -182,7 +167,6 @@ def create_app(
     """Build the proxy app. An injected `store` is used as is and not closed on shutdown;
     `pool` replaces the upstream connection pool (tests)."""
     compactor = load_compactor(settings)
-    chat_endpoint = _chat_endpoint()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -213,7 +197,7 @@ def create_app(
     metrics = Metrics()
     drain = Drain()
     app = Starlette(
-        routes=_routes(chat_endpoint),
+        routes=_routes(),
         middleware=_middleware(settings, metrics, drain),
         exception_handlers=handlers,
         lifespan=lifespan,

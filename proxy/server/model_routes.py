@@ -2,7 +2,9 @@
 
 Each model route (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`) reads its body,
 finds the session header, and hands the request with its wire adapter to `proxy.turn.pipeline`.
-Requests without a session header go through `proxy.server.forward` untouched.
+Requests without a session header go through `proxy.server.forward` untouched. `/v1/messages`
+(also `?beta=true`) goes to `upstream.anthropic_base_url`, as do `/v1/messages/count_tokens` and
+the other `/v1/messages/...` routes (passed through).
 """
 
 from __future__ import annotations
@@ -24,11 +26,31 @@ from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.pipeline import Pipeline
 from proxy.upstream.client import Upstream
 from proxy.wire.base import JSON, Unsupported, Wire
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.messages.adapter import MessagesWire
 from proxy.wire.neutral_reuse import Converting, NeutralReuse
+from proxy.wire.responses.adapter import ResponsesWire
 
 log = logging.getLogger("proxy.models")
 
 MAX_SESSION_ID_CHARS = 16384
+
+_CHAT, _RESPONSES, _MESSAGES = ChatWire(), ResponsesWire(), MessagesWire()
+
+
+async def chat_completions(request: Request) -> Response:
+    """POST /v1/chat/completions."""
+    return await serve(request, _CHAT)
+
+
+async def responses(request: Request) -> Response:
+    """POST /v1/responses, stateless mode (the whole history in `input`)."""
+    return await serve(request, _RESPONSES)
+
+
+async def messages(request: Request) -> Response:
+    """POST /v1/messages, to the Anthropic upstream."""
+    return await serve(request, _MESSAGES, request.app.state.anthropic_upstream)
 
 
 def session_id_of(request: Request, names: list[str]) -> str | None:

@@ -15,7 +15,6 @@ import pytest
 from proxy.compact import AutoCompactor, placeholder_for
 from proxy.compaction.cache_aware import CacheAwareCompactor
 from proxy.server.app import create_app, load_compactor
-from proxy.server.forward import forward
 from proxy.settings import ConfigError, Settings
 from tests.conftest import MakeProxy
 from tests.support.fake_upstream import FakeUpstream
@@ -118,20 +117,6 @@ def test_bad_compactor_is_a_config_error(strategy_module: str, path: str, messag
         create_app(settings)
     (line,) = exc.value.lines
     assert line.startswith("auto_compact.compactor: " + message.format(module=strategy_module))
-
-
-def test_chat_falls_back_to_forwarding_without_the_chat_module(
-    monkeypatch: pytest.MonkeyPatch, fake_upstream: FakeUpstream
-) -> None:
-    monkeypatch.setitem(sys.modules, "proxy.server.chat_route", None)  # import now fails
-    app = create_app(Settings(upstream_base_url=fake_upstream.url, store_url="memory://"))
-    route = next(r for r in app.routes if getattr(r, "path", "") == "/v1/chat/completions")
-    assert getattr(route, "endpoint", None) is forward
-    with UvicornThread(app) as server:
-        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-        response = httpx.post(server.url + "/v1/chat/completions", json=body)
-    assert response.status_code == 200
-    assert fake_upstream.chat_requests[-1].json == body
 
 
 class CountingStore:
