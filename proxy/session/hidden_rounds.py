@@ -109,7 +109,6 @@ def unmerge_all(
 
 
 __all__ = [
-    "HIDDEN_KEY_PREFIX",
     "Unmerge",
     "answer_messages",
     "digest",

@@ -23,7 +23,6 @@ from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.compaction.economics import Economics
 from proxy.compaction.summarizer import PostFn, Summarizer
 from proxy.session.history import UnrecognisedHistory
-from proxy.session.identity import tenant_of as tenant_of  # re-exported: callers import it here
 from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
 from proxy.session.state import SessionState

@@ -18,15 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.session.history import X_PROVIDER_COMPACTION
-
-__all__ = [
-    "COMPACTION",
-    "X_PROVIDER_COMPACTION",
-    "asks_messages",
-    "asks_responses",
-    "has_compaction_block",
-]
+__all__ = ["COMPACTION", "asks_messages", "asks_responses", "has_compaction_block"]
 
 COMPACTION = "compaction"  # the item type (Responses) and the block type (Messages)
 TRIGGER = "compaction_trigger"  # a Responses input item: compact now

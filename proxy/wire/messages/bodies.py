@@ -23,9 +23,6 @@ from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, conte
 from proxy.session.rebuild import Outgoing
 from proxy.session.tool_output import as_text
 from proxy.wire.base import JSON, Round
-from proxy.wire.messages.checks import MalformedRequest as MalformedRequest
-from proxy.wire.messages.checks import check_request as check_request
-from proxy.wire.messages.checks import request_error as request_error
 from proxy.wire.messages.content import from_parts
 from proxy.wire.messages.from_neutral import from_neutral
 

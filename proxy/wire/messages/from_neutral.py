@@ -26,9 +26,14 @@ from proxy.wire.messages.content import (
     tool_use_block,
     tool_use_ids,
 )
-from proxy.wire.messages.to_neutral import X_ENVELOPE, X_FIRST, X_GROUP, X_ITEMS, X_SYSTEM, run_text
-from proxy.wire.messages.to_neutral import reply_to_neutral as reply_to_neutral
-from proxy.wire.messages.to_neutral import to_neutral as to_neutral
+from proxy.wire.messages.to_neutral import (
+    X_ENVELOPE,
+    X_FIRST,
+    X_GROUP,
+    X_ITEMS,
+    X_SYSTEM,
+    run_text,
+)
 
 CONTINUED = "[The conversation before this point is summarised in the system prompt.]"
 

@@ -20,37 +20,15 @@ from proxy.wire.messages.bodies import is_extract_use
 from proxy.wire.messages.reply import (
     TOKEN_FIELDS,
     UNFINISHED,
-    UnreadableReply,
     as_round,
-    client_reply,
     client_stop_reason,
-    merge_messages,
     needs_text,
-    reply_round,
     split_hidden,
-    summary_reply,
-    usage_of,
     usage_sum,
-    usage_total,
 )
 from proxy.wire.messages.whole import whole_events
 
-__all__ = [
-    "TOKEN_FIELDS",
-    "UNFINISHED",
-    "MessagesRelay",
-    "UnreadableReply",
-    "client_reply",
-    "encode_event",
-    "error_event",
-    "merge_messages",
-    "reply_round",
-    "stream_error",
-    "summary_reply",
-    "usage_of",
-    "usage_sum",
-    "usage_total",
-]
+__all__ = ["MessagesRelay", "encode_event", "error_event", "stream_error"]
 
 
 def encode_event(name: str, data: Any) -> bytes:

@@ -22,28 +22,14 @@ from proxy.wire.responses.reply import (
     RoundResult,
     client_view,
     hidden_indexes,
-    merge_responses,
-    round_of,
     round_result,
-    to_round,
-    usage_of,
     usage_sum,
 )
 from proxy.wire.responses.tool import is_extract_item
 from proxy.wire.responses.whole import whole_events
 from proxy.wire.sse import encode_data
 
-__all__ = [
-    "ResponsesRelay",
-    "RoundResult",
-    "encode_event",
-    "error_event",
-    "merge_responses",
-    "round_of",
-    "to_round",
-    "usage_of",
-    "usage_sum",
-]
+__all__ = ["ResponsesRelay", "encode_event", "error_event"]
 
 FIRST_ROUND_ONLY = frozenset({"response.created", "response.in_progress", "response.queued"})
 TERMINAL = frozenset({"response.failed", "response.incomplete"})

@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 
-from proxy.session.extract_tool import is_extract_call as is_extract_call  # of a neutral tool_call
 from proxy.session.history import X_PROVIDER_COMPACTION, UnrecognisedHistory
 from proxy.wire.provider_compaction import COMPACTION
 

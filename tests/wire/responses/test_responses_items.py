@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.compact import placeholder_for
-from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, is_extract_call
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.history import UnrecognisedHistory, validate
 from proxy.session.rebuild import rebuild
@@ -754,5 +754,5 @@ def test_the_adapter_is_pure_and_small(module: Any) -> None:
 
 def test_extract_calls_are_found_among_a_rounds_tool_calls() -> None:
     message = output_to_message([fc("c1"), fc("x1", EXTRACT_TOOL_NAME, "{}")])
-    found = [c["id"] for c in message["tool_calls"] if responses_items.is_extract_call(c)]
+    found = [c["id"] for c in message["tool_calls"] if is_extract_call(c)]
     assert found == ["x1"]
