@@ -218,3 +218,36 @@ def test_no_function_runs_past_80_lines() -> None:
         and node.end_lineno - node.lineno + 1 > 80
     }
     assert long == {}
+
+
+def _handed_on(tree: ast.Module) -> list[str]:
+    """Names a module hands on without defining them: in `__all__`, or `import x as x`."""
+    defined: set[str] = set()
+    listed: list[str] = []
+    found: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined.add(name.id)
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                assert isinstance(node.value, ast.List)
+                listed = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+        elif isinstance(node, ast.ImportFrom):
+            found += [a.name for a in node.names if a.asname == a.name]
+    return found + [name for name in listed if name not in defined]
+
+
+def test_no_module_in_a_folder_hands_on_names_it_does_not_define() -> None:
+    # The store's package face is its public API, as the seed's modules at the root are.
+    handed_on = {
+        str(p.relative_to(ROOT)): names
+        for p in ROOT.rglob("*.py")
+        if len(p.relative_to(ROOT).parts) > 1 and p.relative_to(ROOT) != Path("store/__init__.py")
+        if (names := _handed_on(ast.parse(p.read_text(encoding="utf-8"))))
+    }
+    assert handed_on == {}
