@@ -12,13 +12,13 @@ cannot send to another origin without the CORS preflight the proxy never grants.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import Request
 
+from proxy.admin.times import parse_time
 from proxy.errors import InvalidRequest, NotFound, ProxyError, ServiceUnavailable, Unauthorized
 from proxy.hosts import allowed_host
 from proxy.session.history import UnrecognisedHistory
@@ -103,19 +103,7 @@ class ListQuery(BaseModel):
     @field_validator("updated_after", mode="before")
     @classmethod
     def _parse_time(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-            try:
-                stamp = datetime.fromisoformat(value)
-            except ValueError as exc:
-                raise ValueError("must be epoch seconds or an ISO 8601 time") from exc
-            if stamp.tzinfo is None:
-                raise ValueError("an ISO 8601 time needs a UTC offset (e.g. Z or +00:00)")
-            return stamp.timestamp()
-        return value
+        return parse_time(value, naive_is_utc=False) if isinstance(value, str) else value
 
 
 class DetailQuery(BaseModel):

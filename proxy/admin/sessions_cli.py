@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +26,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from proxy.admin.times import parse_age, parse_time
 from proxy.session.identity import session_header
 from proxy.session.turn_log import TurnLog
 from proxy.settings import load_settings
@@ -34,31 +34,6 @@ from proxy.store import SessionInfo, Store, StoredSession, StoreError, open_stor
 from proxy.store.base import encode_cursor
 
 PAGE = 500
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_time(value: str) -> float:
-    """Epoch seconds from epoch seconds or an ISO 8601 time (UTC unless it says otherwise)."""
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        stamp = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ValueError(f"not a time: {value!r} (use ISO 8601 or epoch seconds)") from exc
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
-
-
-def parse_age(value: str) -> float:
-    """Seconds from `30d`, `12h`, `45m`, `90s`, `2w` or a plain number of seconds."""
-    m = _AGE.match(value)
-    if m is None:
-        raise ValueError(f"not an age: {value!r} (use e.g. 90s, 45m, 12h, 30d, 2w)")
-    return float(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
 
 
 def add_parser(commands: Any, add_config_flags: Callable[[argparse.ArgumentParser], None]) -> None:
