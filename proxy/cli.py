@@ -1,7 +1,7 @@
 """The `xun-proxy` command: `serve` (the default) runs the proxy; `sessions` inspects a store.
 
     xun-proxy [serve] [--upstream URL] [--port N] [--store URL] ...
-    xun-proxy sessions ls|show|export|rm [--store URL] ...   (see proxy.sessions_cli)
+    xun-proxy sessions ls|show|export|rm [--store URL] ...   (see proxy.admin.sessions_cli)
 
 Flags only collect values; `proxy.settings.load_settings` merges them with the environment
 and the config file and validates everything, so errors read the same whatever the source.
@@ -14,7 +14,8 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from proxy import __version__, sessions_cli
+from proxy import __version__
+from proxy.admin import sessions_cli
 from proxy.settings import ConfigError, Settings, load_settings
 
 COMMANDS = ("serve", "sessions")
@@ -98,18 +99,18 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy import lifecycle, memory
-    from proxy.app import create_app
-    from proxy.logging import configure_logging
+    from proxy.server import allocator, lifecycle
+    from proxy.server.app import create_app
+    from proxy.server.logging import configure_logging
 
     fields = set(Settings.model_fields)
     overrides = {key: value for key, value in vars(args).items() if key in fields}
     settings = load_settings(overrides)
     configure_logging(settings.log_level)
     app = create_app(settings)
-    # After a burst of load, give the allocators' spare memory back (proxy.memory).
-    memory.tune_allocator()
-    memory.tune_collector()  # what exists now lives as long as the process
+    # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
+    allocator.tune_allocator()
+    allocator.tune_collector()  # what exists now lives as long as the process
     drain: lifecycle.Drain = app.state.drain
 
     def release() -> None:  # the store is opened by the app's lifespan, once serving starts
@@ -118,12 +119,12 @@ def _serve(args: argparse.Namespace) -> int:
             store.release_memory()
         app.state.neutral_reuse.clear()  # conversions kept only for speed
 
-    reclaimer = memory.IdleReclaimer(
+    reclaimer = allocator.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),
-        action=lambda: memory.reclaim(release),
+        action=lambda: allocator.reclaim(release),
         on_reclaim=app.state.metrics.memory_reclaim_seconds.observe,
     )
-    # SIGTERM drains (proxy.lifecycle): /readyz and new requests answer 503, requests in
+    # SIGTERM drains (proxy.server.lifecycle): /readyz and new requests answer 503, requests in
     # flight get `drain_timeout` seconds to finish, then the process exits with status 0.
     return lifecycle.serve(
         app,

@@ -36,8 +36,8 @@ from proxy.rules import (
 from proxy.trail import default_budget
 
 if TYPE_CHECKING:
+    from proxy.compaction.economics import Economics
     from proxy.conversation import Conversation
-    from proxy.economics import Economics
 
 __all__ = [
     "COMPACTED_SYSTEM_PROMPT",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from proxy.errors import UnreadableInput
 from proxy.rules import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
 
 __all__ = [
@@ -51,7 +52,7 @@ SCHEMA_INSTRUCTION = (
 )
 
 
-class ConversationFormatError(ValueError):
+class ConversationFormatError(UnreadableInput, ValueError):
     """A saved conversation or message has a shape this version cannot read."""
 
 

@@ -1,18 +1,37 @@
 """One error tree for the proxy, rendered in the shape of the API a request came through:
 OpenAI's on every route, Anthropic's under `/v1/messages*` (`is_anthropic_path`).
 
-    ProxyError (500, server_error)
-    ├── InvalidRequest (400, invalid_request_error)        x-should-retry: false
-    │   ├── Unauthorized (401)                              x-should-retry: false
-    │   ├── NotFound (404)                                  x-should-retry: false
-    │   ├── MethodNotAllowed (405)                          x-should-retry: false
-    │   ├── RequestTimeout (408)
-    │   └── PayloadTooLarge (413)                           x-should-retry: false
-    ├── ServiceUnavailable (503, server_error)
-    └── UpstreamError (502, upstream_error)
-        ├── UpstreamUnreachable (502)
-        ├── UpstreamInvalidResponse (502)
-        └── UpstreamTimeout (504)
+Every exception class the proxy defines derives from `XunError` (tests/test_errors.py checks
+it); those defined elsewhere name their module:
+
+    XunError
+    ├── ProxyError (500, server_error)                      answered to the client
+    │   ├── InvalidRequest (400, invalid_request_error)    x-should-retry: false
+    │   │   ├── Unauthorized (401)                          x-should-retry: false
+    │   │   ├── NotFound (404)                              x-should-retry: false
+    │   │   ├── MethodNotAllowed (405)                      x-should-retry: false
+    │   │   ├── RequestTimeout (408)
+    │   │   ├── PayloadTooLarge (413)                       x-should-retry: false
+    │   │   ├── Conflict (409, admin.base)
+    │   │   └── ClientGone (server.disconnect)
+    │   ├── ServiceUnavailable (503, server_error)
+    │   └── UpstreamError (502, upstream_error)
+    │       ├── UpstreamUnreachable (502)
+    │       ├── UpstreamInvalidResponse (502)
+    │       └── UpstreamTimeout (504)
+    ├── DegradeError                                        DEGRADE, DO NOT FAIL: the request
+    │   │                                                   goes upstream uncompacted
+    │   ├── StoreError (store.base): VersionConflict, SessionTooLarge
+    │   ├── UnrecognisedHistory (session.history)
+    │   ├── Unsupported (wire.base)
+    │   ├── ContextLengthExceeded (compaction.summarizer)
+    │   └── _Wide (session.json_limits)
+    ├── UnreadableInput                                     translated at the boundary into
+    │   │                                                   the ProxyError the API would answer
+    │   ├── MalformedRequest (wire.messages.checks)
+    │   ├── UnreadableReply (wire.messages.reply)
+    │   └── ConversationFormatError (conversation_message)
+    └── ConfigError (settings)                              the proxy does not start
 
 Foreign errors (httpx, starlette) are translated at the edge with `raise ... from exc`; any
 other exception becomes a generic 500 whose body never carries a traceback or exception text.
@@ -38,7 +57,21 @@ if TYPE_CHECKING:
 logger = logging.getLogger("proxy.errors")
 
 
-class ProxyError(Exception):
+class XunError(Exception):
+    """Every exception the proxy defines."""
+
+
+class DegradeError(XunError):
+    """A failure of compaction, the store or the summary: it never fails the user's request,
+    which goes upstream uncompacted."""
+
+
+class UnreadableInput(XunError):
+    """Input the proxy reads but cannot use, translated where it is caught into the
+    ProxyError the API would answer (a 400 for a request, a 502 for a reply)."""
+
+
+class ProxyError(XunError):
     """An error the proxy answers itself, with an HTTP status and OpenAI's error fields."""
 
     status: int = 500

@@ -8,8 +8,8 @@ reads as a loopback name. A name is loopback when it is `localhost`, an address 
 (`server.allowed_hosts`), in any case and with any port. An `Origin` (`scheme://host[:port]`)
 is judged by its host the same way; the opaque origin `null` is never allowed.
 
-Pure: no I/O, used by the admin routes (`proxy.routes.admin_base`) and by the checks that
-guard an operator's own upstream key (`proxy.origin`).
+Pure: no I/O, used by the admin routes (`proxy.admin.base`) and by the checks that
+guard an operator's own upstream key (`proxy.server.origin`).
 """
 
 from __future__ import annotations

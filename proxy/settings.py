@@ -21,6 +21,7 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.errors import XunError
 from proxy.hosts import normalise_names
 from proxy.setting_values import clean_secret, is_loopback
 
@@ -44,7 +45,7 @@ class Option:
 # The strategies that ship with the proxy, by the short name `auto_compact.compactor` takes.
 BUILTIN_COMPACTORS: Mapping[str, str] = {
     "seed": "proxy.compact:AutoCompactor",
-    "cache-aware": "proxy.cache_compact:CacheAwareCompactor",
+    "cache-aware": "proxy.compaction.cache_aware:CacheAwareCompactor",
 }
 
 OPTIONS: tuple[Option, ...] = (
@@ -106,7 +107,7 @@ OPTIONS_BY_KEY: Mapping[str, Option] = {option.key: option for option in OPTIONS
 CONFIG_ENV = "XUN_CONFIG"
 
 
-class ConfigError(Exception):
+class ConfigError(XunError):
     """Configuration that cannot be used; `lines` name each bad key and what is wrong."""
 
     def __init__(self, lines: Iterable[str]) -> None:
@@ -162,7 +163,7 @@ class Settings(BaseSettings):
     # part of a response (then the proxy stops serving it and frees its upstream connection).
     body_timeout: float = Field(default=60.0, gt=0)
     send_timeout: float = Field(default=60.0, gt=0)
-    # Host names besides loopback ones that may spend the operator's key (see proxy.origin).
+    # Host names besides loopback ones that may spend the operator's key (see proxy.server.origin).
     allowed_hosts: tuple[str, ...] = ()
 
     store_url: str = Field(default_factory=default_store_url)
@@ -190,10 +191,10 @@ class Settings(BaseSettings):
     extract_tool: Literal["always", "after_compaction"] = "after_compaction"
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
-    # compactor's defaults (proxy.economics) apply to models not listed.
+    # compactor's defaults (proxy.compaction.economics) apply to models not listed.
     cache_read_factors: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
     # Cache-write price relative to uncached input, by model-name prefix: one factor, or one
-    # per cache lifetime ({"5m": 1.25, "1h": 2.0}); proxy.economics has the defaults.
+    # per cache lifetime ({"5m": 1.25, "1h": 2.0}); proxy.compaction.economics has the defaults.
     cache_write_factors: dict[str, _WriteFactor | dict[Literal["5m", "1h"], _WriteFactor]] = Field(
         default_factory=dict
     )
@@ -205,7 +206,7 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_SESSION_HEADERS), min_length=1
     )
     # A header whose value, when a request carries it, is the tenant instead of the credential
-    # (so a rotated token keeps its sessions). Off: the credential decides (proxy.identity).
+    # (so a rotated token keeps its sessions). Off: the credential decides (proxy.session.identity).
     tenant_header: str | None = None
 
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"

@@ -15,11 +15,11 @@ import openai
 import pytest
 from starlette.applications import Starlette
 
-from proxy.app import create_app
+from proxy.server.app import create_app
 from proxy.settings import Settings
-from proxy.upstream import Pool
-from tests.fake_upstream import FakeUpstream
-from tests.servers import UvicornThread
+from proxy.upstream.client import Pool
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import UvicornThread
 
 
 @dataclass

@@ -17,12 +17,13 @@ import httpx
 import orjson
 import pytest
 
-from proxy import cli, sessions_cli
-from proxy.logging import JsonFormatter, configure_logging
+from proxy import cli
+from proxy.admin import sessions_cli
+from proxy.server.logging import JsonFormatter, configure_logging
 from proxy.settings import Settings
 from proxy.store import SessionKey, open_store
-from tests.fake_upstream import FakeUpstream
-from tests.servers import free_port
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +42,8 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
         calls.append((app, kwargs))
         return 0
 
-    monkeypatch.setattr("proxy.lifecycle.serve", serve)
-    monkeypatch.setattr("proxy.logging.configure_logging", lambda *a, **k: None)
+    monkeypatch.setattr("proxy.server.lifecycle.serve", serve)
+    monkeypatch.setattr("proxy.server.logging.configure_logging", lambda *a, **k: None)
     return calls
 
 

@@ -11,7 +11,6 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from proxy.app import load_compactor
 from proxy.compact import (
     AutoCompactor,
     CompactionAgent,
@@ -19,10 +18,11 @@ from proxy.compact import (
     CompactorAbstract,
     placeholder_for,
 )
-from proxy.pipeline import MIN_HEADER_THRESHOLD
+from proxy.server.app import load_compactor
 from proxy.settings import OPTIONS, ConfigError, load_settings
-from tests.agent import Agent, ModelScript, model_requests
-from tests.fake_upstream import FakeUpstream
+from proxy.turn.pipeline import MIN_HEADER_THRESHOLD
+from tests.support.agent import Agent, ModelScript, model_requests
+from tests.support.fake_upstream import FakeUpstream
 
 ENV = {"XDG_STATE_HOME": "/state"}
 

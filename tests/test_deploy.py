@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from proxy import cli
-from proxy.app import create_app
+from proxy.server.app import create_app
 from proxy.settings import CONFIG_ENV, OPTIONS, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import pkgutil
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+import proxy
+from proxy import errors
 from proxy.errors import (
     InvalidRequest,
     MethodNotAllowed,
@@ -34,8 +38,8 @@ from proxy.errors import (
     handle_proxy_error,
     handle_unexpected,
 )
-from proxy.logging import RequestLogMiddleware
-from tests.servers import UvicornThread
+from proxy.server.logging import RequestLogMiddleware
+from tests.support.servers import UvicornThread
 
 SECRET = "sk-secret-in-an-exception-message"
 
@@ -187,3 +191,38 @@ def test_failure_after_headers_aborts_the_body(caplog: pytest.LogCaptureFixture)
             with pytest.raises(httpx.RemoteProtocolError):
                 response.read()
     assert SECRET not in caplog.text
+
+
+def _defined_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(proxy.__path__, "proxy."):
+        if info.name == "proxy.__main__":
+            continue  # running it is the CLI
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__ == info.name
+            ):
+                found[f"{info.name}.{value.__name__}"] = value
+    return found
+
+
+def test_every_exception_class_is_in_the_error_tree() -> None:
+    found = _defined_exceptions()
+    assert len(found) > 20
+    assert {name for name, cls in found.items() if not issubclass(cls, errors.XunError)} == set()
+
+
+def test_the_tree_marks_what_degrades_rather_than_fails() -> None:
+    from proxy.compaction.summarizer import ContextLengthExceeded
+    from proxy.session.history import UnrecognisedHistory
+    from proxy.store import StoreError, VersionConflict
+    from proxy.wire.base import Unsupported
+
+    for cls in (StoreError, VersionConflict, UnrecognisedHistory, Unsupported):
+        assert issubclass(cls, errors.DegradeError) and not issubclass(cls, errors.ProxyError)
+    assert issubclass(ContextLengthExceeded, errors.DegradeError)
+    assert issubclass(UnrecognisedHistory, ValueError)  # what callers caught before stays caught
+    assert not issubclass(errors.ProxyError, errors.DegradeError)

@@ -18,8 +18,8 @@ import pytest
 
 from proxy import cli
 from proxy.settings import ConfigError, Settings, load_settings
-from tests.fake_upstream import FakeUpstream
-from tests.servers import UvicornThread
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import UvicornThread
 
 SECRETS = (
     ("XUN_ADMIN_KEY", "admin_key", "admin.key"),
@@ -45,8 +45,8 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         apps.append(app)
         return 0
 
-    monkeypatch.setattr("proxy.lifecycle.serve", serve)
-    monkeypatch.setattr("proxy.logging.configure_logging", lambda *a, **k: None)
+    monkeypatch.setattr("proxy.server.lifecycle.serve", serve)
+    monkeypatch.setattr("proxy.server.logging.configure_logging", lambda *a, **k: None)
     return apps
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
+from proxy.errors import DegradeError
+
 DEFAULT_MAX_SESSION_BYTES = 8 * 2**20
 DEFAULT_TTL_SECONDS = 7 * 86400
 
@@ -28,7 +30,7 @@ _ID_LENGTH = 22
 _ID_RE = re.compile(rf"[A-Za-z0-9_-]{{{_ID_LENGTH}}}")
 
 
-class StoreError(Exception):
+class StoreError(DegradeError):
     """The store is unreachable or failed."""
 
 
@@ -165,7 +167,7 @@ class Store(Protocol):
         """Drop what the store holds in memory only to go faster (SQLite's page caches).
 
         Called when the proxy has gone idle, before the allocators are trimmed
-        (proxy.memory); may block briefly, never raises.
+        (proxy.server.allocator); may block briefly, never raises.
         """
         ...
 

@@ -1,1 +1,6 @@
-"""Wire adapters: one per API the proxy speaks."""
+"""2. One folder per API the proxy speaks (pure), with the same module names for the same roles.
+
+`chat/`, `responses/`, `messages/`: adapter, to_neutral / from_neutral, bodies, reply, stream,
+whole, tool where the API has them; shared: `base` (the Wire protocol), `sse`, `apis` (the
+adapters by name), `neutral_reuse`, `provider_compaction`.
+"""

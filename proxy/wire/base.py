@@ -1,9 +1,9 @@
 """What the turn pipeline asks of a wire format (Chat Completions, Responses, Messages).
 
-The pipeline (`proxy.pipeline`) knows sessions, compaction and the hidden extract loop; a
+The pipeline (`proxy.turn.pipeline`) knows sessions, compaction and the hidden extract loop; a
 `Wire` knows one API's bodies, streams, usage and error shape. Between them travel neutral
 messages: Chat Completions-shaped dicts that may carry the wire's own objects under `x_items`
-(see `proxy.wire.chat` for the identity case). Pure: no I/O.
+(see `proxy.wire.chat.adapter` for the identity case). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.errors import InvalidRequest
+from proxy.errors import DegradeError, InvalidRequest
+from proxy.session.rebuild import Outgoing
 
 JSON = dict[str, Any]
 
@@ -40,28 +41,6 @@ class Usage:
     cached: int | None = None  # the cached part of the prompt
     output: int | None = None  # what the reply was billed
     written: int | None = None  # the part of the prompt written into the cache (billed apart)
-
-
-@dataclass
-class Outgoing:
-    """The rebuilt conversation to send, in neutral messages.
-
-    `messages` is the whole list as Chat Completions sends it (the summary, if any, in the
-    first system message); `system` (the client's own system messages, verbatim), `summary`
-    (the rendered summary text or None) and `rest` are its parts, for APIs that place the
-    summary elsewhere. `unchanged`: these are the client's messages exactly as it sent them
-    (nothing reclaimed, summarised or hidden applies), so a wire may send its own request's
-    history as it came instead of converting the neutral messages back.
-    """
-
-    messages: list[JSON]
-    system: list[JSON]
-    summary: str | None
-    rest: list[JSON]
-    unchanged: bool = False
-    # With `unchanged`: the client's history as orjson wrote it, if it was (for a wire that
-    # can answer a question about it from its bytes, as Messages counts cache breakpoints).
-    history_json: bytes | None = None
 
 
 @dataclass
@@ -94,7 +73,7 @@ class StreamRelay(Protocol):
         ...
 
 
-class Unsupported(Exception):
+class Unsupported(DegradeError):
     """A request this wire can serve only as a pass-through (e.g. server-held history)."""
 
 
@@ -103,6 +82,7 @@ class Wire(Protocol):
 
     name: str  # "chat", "responses", "messages": logs, metrics, the admin view
     path: str  # the upstream path, relative to that upstream's base URL
+    provider: str  # "openai" or "anthropic": whose upstream and API key serve it
     history_field: str  # the body's field that holds the conversation
 
     def parse(self, raw: bytes) -> JSON:
@@ -125,11 +105,17 @@ class Wire(Protocol):
         ...
 
     def as_received(self, messages: list[JSON]) -> list[Any]:
-        """What the prefix hash reads for these neutral messages (`proxy.session.rebuild`):
+        """What the prefix hash reads for these neutral messages (`proxy.session.rebuild.rebuild`):
         the messages themselves, or the wire items each was made from, which determine it."""
         ...
 
     def tools(self, body: JSON) -> Any: ...
+
+    def summary_tools(self, names: list[str]) -> list[JSON] | None:
+        """Minimal definitions of the named tools, for a summary request that has no client
+        body to take them from (some providers refuse tool messages without them); None
+        where the API sends a summary's tool blocks as text instead."""
+        ...
 
     def with_extract_tool(self, tools: Any) -> list[Any]: ...
 
@@ -146,7 +132,7 @@ class Wire(Protocol):
 
     def cache_ttl(self, body: JSON) -> str | None:
         """The cache lifetime the request asks for where the API lets it ("5m", "1h"): it
-        sets the price of cache writes (`proxy.economics.write_factor_for`)."""
+        sets the price of cache writes (`proxy.compaction.economics.write_factor_for`)."""
         ...
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:

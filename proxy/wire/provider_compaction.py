@@ -10,7 +10,7 @@ that later requests send first.
 
 Such a request is not compacted by the proxy as well (`asks_*`), and a neutral message that
 carries a compaction item or block is marked (`X_PROVIDER_COMPACTION`): what comes before
-it, and it, are the session's new beginning (`proxy.history.provider_floor`). Everything
+it, and it, are the session's new beginning (`proxy.session.history.provider_floor`). Everything
 here is read, never changed: the items, blocks and fields go upstream byte for byte. Pure.
 """
 
@@ -18,15 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.history import X_PROVIDER_COMPACTION
-
-__all__ = [
-    "COMPACTION",
-    "X_PROVIDER_COMPACTION",
-    "asks_messages",
-    "asks_responses",
-    "has_compaction_block",
-]
+__all__ = ["COMPACTION", "asks_messages", "asks_responses", "has_compaction_block"]
 
 COMPACTION = "compaction"  # the item type (Responses) and the block type (Messages)
 TRIGGER = "compaction_trigger"  # a Responses input item: compact now

@@ -31,7 +31,7 @@ SUMMARY_INSTRUCTION = 450
 
 def replay(traj: Any, counter: Counter) -> list[tuple[int, int, int]]:
     """(prompt, cached, floor) of each direct turn."""
-    from tests.corpus import turns
+    from tests.support.corpus import turns
 
     out: list[tuple[int, int, int]] = []
     previous: list[tuple[int, int]] | None = None
@@ -114,7 +114,7 @@ def cells(b: dict[str, float]) -> str:
 
 
 def main() -> None:
-    from tests.corpus import load_all
+    from tests.support.corpus import load_all
 
     counter = Counter.create()
     trajectories = load_all()

@@ -5,7 +5,7 @@
     python -m tests.bench.economy --compactor seed=proxy.compact:AutoCompactor \\
                                   --compactor new=package.module:Class   # compare strategies
 
-Each trajectory (converted by `tests.corpus`) is replayed turn by turn: the client sends the
+Each trajectory (converted by `tests.support.corpus`) is replayed turn by turn: the client sends the
 recorded history up to an assistant turn, and a replay upstream answers with that recorded
 assistant turn. Since the answers are fixed, the client's history is the recorded one at every
 turn: compaction can only change what the proxy sends upstream, and that is what is counted.
@@ -52,9 +52,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.compact import PLACEHOLDER_TEMPLATE
-from proxy.extract_tool import EXTRACT_TOOL_NAME, content_text
-from proxy.session import reclaim_keys
-from proxy.tool_output import EMPTY_OUTPUT
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, content_text
+from proxy.session.history import reclaim_keys
+from proxy.session.tool_output import EMPTY_OUTPUT
 from tests.bench import local_summary, peers
 from tests.bench.common import (
     Child,
@@ -68,7 +68,7 @@ from tests.bench.common import (
     xun_proxy,
 )
 from tests.bench.tokens import Counter, cached_prefix
-from tests.servers import UvicornThread
+from tests.support.servers import UvicornThread
 
 THRESHOLDS = (16_000, 32_000, 64_000)
 CHART_TRAJECTORIES = ("claude-code/4d5611e5#0", "mini-v2/pylint-dev__astroid-1333")
@@ -91,7 +91,7 @@ class ReplayUpstream:
     """The upstream every configuration talks to; it keeps the books."""
 
     def __init__(self, trajectories: list[Any], counter: Counter) -> None:
-        from tests.corpus import turns
+        from tests.support.corpus import turns
 
         self.trajectories = trajectories
         self.replies = [[reply for _, reply in turns(t)] for t in trajectories]
@@ -257,7 +257,7 @@ def completion(message: dict[str, Any], prompt: int, cached: int, out: int) -> d
 async def replay(
     cfg: Config, trajectories: list[Any], run_id: str, client_log: list[dict[str, Any]]
 ) -> None:
-    from tests.corpus import turns
+    from tests.support.corpus import turns
 
     url = cfg.url + "/v1/chat/completions"
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
@@ -487,7 +487,7 @@ def configurations(args: argparse.Namespace) -> list[Config]:
 
 
 def pick_trajectories(args: argparse.Namespace) -> list[Any]:
-    from tests.corpus import load_all
+    from tests.support.corpus import load_all
 
     trajectories = load_all()
     if args.only:

@@ -47,7 +47,7 @@ def text_lines() -> tuple[str, ...]:
     """Real lines of tool output from the corpus (deterministic order), or generated ones."""
     lines: list[str] = []
     try:
-        from tests.corpus import long_trajectories
+        from tests.support.corpus import long_trajectories
 
         for traj in long_trajectories():
             for msg in traj.messages:

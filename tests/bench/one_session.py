@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 import openai
 
-from tests.agent import TOOLS, Agent
-from tests.fake_upstream import FakeUpstream
 from tests.reliability.test_findings_data import CachingModel
-from tests.servers import free_port
+from tests.support.agent import TOOLS, Agent
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPACTOR = "tests.reliability.test_findings_data:PatientCompactor"

@@ -91,7 +91,7 @@ def compaction_threshold(messages: list[dict[str, Any]]) -> int | None:
     enough that the estimate after reclaiming stays under ESCALATION_RATIO of it.
     """
     from proxy.compact import ESCALATION_RATIO
-    from proxy.session import rebuild
+    from proxy.session.rebuild import rebuild
 
     rb = rebuild(messages, None)
     projected = rb.projected_tokens()

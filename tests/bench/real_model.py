@@ -7,7 +7,7 @@ openai SDK, a session header) with the threshold a user sets for that window, an
 the proxy and the model a recorder keeps every exchange. Per turn it reports the status the
 client got, the compaction, and for each upstream request what the model counted (billed
 `prompt_tokens`, or the count a refusal names) against the proxy's own estimate of what it
-sent (`proxy.session.estimate_tokens`).
+sent (`proxy.session.rebuild.estimate_tokens`).
 
 The agent reads a file on odd turns (`tool_choice` names `read_file`: llama.cpp then
 constrains the model to that call's JSON) and has the model comment on it on even turns,
@@ -39,12 +39,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.app import create_app
 from proxy.compact import SUMMARY_PROMPT
-from proxy.session import estimate_tokens
+from proxy.server.app import create_app
+from proxy.session.history import estimate_tokens
 from proxy.settings import Settings
 from tests.bench.common import CACHE, Child, free_port, machine, run_dir, table, write_result
-from tests.servers import UvicornThread
+from tests.support.servers import UvicornThread
 
 HOME = Path(os.environ.get("XUN_REAL_MODEL_HOME") or CACHE / "real-model")
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"

@@ -190,14 +190,16 @@ def memory(backend: str, steps: tuple[int, ...], scratch: Path) -> dict[str, Any
 
 
 def rebuild_known(messages: list[dict[str, Any]], state: bytes) -> None:
-    from proxy.session import SessionState, rebuild
+    from proxy.session.rebuild import rebuild
+    from proxy.session.state import SessionState
 
     rebuild(messages, SessionState.from_bytes(state))
 
 
 def whole_turn(raw: bytes, state: bytes, tokens: int) -> None:
     """The pure work of one request: parse, rebuild, upstream body, record, state bytes."""
-    from proxy.session import SessionState, rebuild, record_turn
+    from proxy.session.rebuild import rebuild, record_turn
+    from proxy.session.state import SessionState
 
     data = orjson.loads(raw)
     rb = rebuild(data["messages"], SessionState.from_bytes(state))
@@ -207,13 +209,13 @@ def whole_turn(raw: bytes, state: bytes, tokens: int) -> None:
 
 
 def full_chain(messages: list[dict[str, Any]]) -> str:
-    from proxy.fingerprint import PrefixChain
+    from proxy.session.fingerprint import PrefixChain
 
     return PrefixChain(messages).prefix(len(messages))
 
 
 def cpu(repeats: int) -> dict[str, Any]:
-    from proxy.session import rebuild, record_turn
+    from proxy.session.rebuild import rebuild, record_turn
 
     rows = []
     for tokens in TOKEN_SIZES:

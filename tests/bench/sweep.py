@@ -9,7 +9,7 @@
 Each name in `XUN_SWEEP` is a `CacheAwareCompactor` subclass with those fields as defaults,
 importable as `tests.bench.sweep:<name>` (the proxy processes inherit the variable), so one
 run compares several settings on the same replay. Variants only: the shipped defaults live in
-`proxy.cache_compact`.
+`proxy.compaction.cache_aware`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any
 
-from proxy.cache_compact import CacheAwareCompactor
+from proxy.compaction.cache_aware import CacheAwareCompactor
 
 
 def __getattr__(name: str) -> Any:

@@ -20,8 +20,8 @@ tool-call names and arguments). Reported per trajectory: at the first turn after
 summary, and the lowest and overall share over every turn after it. The savings are the
 economy's: raw tokens and cost with a 0.1x cache, against `direct`, for both builds.
 
-While `proxy/session.py` does not carry the trail yet (the lead's hook), the `+trail` proxy
-runs through `python -m tests.bench.trail serve`, which loads `proxy.session` with those
+While `proxy/session/rebuild.py` does not carry the trail yet (the lead's hook), the `+trail` proxy
+runs through `python -m tests.bench.trail serve`, which loads `proxy.session.rebuild` with those
 lines applied (`SESSION_HOOK`) before the server imports it.
 """
 
@@ -58,7 +58,7 @@ from tests.bench.common import (
 )
 from tests.bench.economy import LONG, Config, ReplayUpstream, account, replay
 from tests.bench.tokens import Counter
-from tests.servers import UvicornThread
+from tests.support.servers import UvicornThread
 
 BASELINE = "4bc733c"  # main just before the artifact trail (the branch's base)
 STRATEGIES = {"seed": "proxy.compact:AutoCompactor", "cache-aware": "cache-aware"}
@@ -77,7 +77,7 @@ CONTENT_KEYS = frozenset(
 )
 _SED = re.compile(r"^\d*s/|/[gip]*$")
 
-# The lines proxy/session.py needs (the lead adds them; see SESSION_HOOK's use below).
+# The lines proxy/session/rebuild.py needs (the lead adds them; see SESSION_HOOK's use below).
 SESSION_HOOK = [
     (
         "        if state.summary:\n"
@@ -109,20 +109,20 @@ SESSION_HOOK = [
 
 
 def load_hooked_session() -> str:
-    """Load proxy.session with the trail's hook lines unless it has them; say which."""
+    """Load proxy.session.rebuild with the trail's hook lines unless it has them; say which."""
     path = ROOT / "proxy" / "session.py"
     source = path.read_text(encoding="utf-8")
     if "state.trail" in source:
-        return "proxy/session.py as it is (it keeps the trail)"
+        return "proxy/session/rebuild.py as it is (it keeps the trail)"
     for old, new in SESSION_HOOK:
         if source.count(old) != 1:
             raise SystemExit(f"cannot apply the trail hook to {path}: {old.strip()!r} not found")
         source = source.replace(old, new)
-    module = types.ModuleType("proxy.session")
+    module = types.ModuleType("proxy.session.rebuild")
     module.__file__ = str(path)
-    sys.modules["proxy.session"] = module
+    sys.modules["proxy.session.rebuild"] = module
     exec(compile(source, str(path), "exec"), module.__dict__)
-    return "proxy/session.py with the trail hook applied at start-up"
+    return "proxy/session/rebuild.py with the trail hook applied at start-up"
 
 
 def serve(argv: list[str]) -> int:
@@ -198,7 +198,7 @@ class TrailUpstream(ReplayUpstream):
 
     def __init__(self, trajectories: list[Any], counter: Counter) -> None:
         super().__init__(trajectories, counter)
-        from tests.corpus import turns
+        from tests.support.corpus import turns
 
         self.histories = [[len(h) for h, _ in turns(t)] for t in trajectories]
         self.paths = [[argument_paths(m) for m in t.messages] for t in trajectories]
@@ -285,7 +285,7 @@ def children(
 
 
 def pick(args: argparse.Namespace) -> list[Any]:
-    from tests.corpus import load_all
+    from tests.support.corpus import load_all
 
     trajectories = load_all()
     if args.only:

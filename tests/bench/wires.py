@@ -501,9 +501,9 @@ async def measure(
 
 
 def _neutral(wire: str, data: dict[str, Any]) -> list[Any]:
-    from proxy.wire.chat import ChatWire
-    from proxy.wire.messages import MessagesWire
-    from proxy.wire.responses import ResponsesWire
+    from proxy.wire.chat.adapter import ChatWire
+    from proxy.wire.messages.adapter import MessagesWire
+    from proxy.wire.responses.adapter import ResponsesWire
 
     adapter = {"chat": ChatWire, "responses": ResponsesWire, "messages": MessagesWire}[wire]()
     return adapter.messages(data)

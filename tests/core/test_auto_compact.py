@@ -26,8 +26,7 @@ from proxy.compact import (
     compact_conversation,
 )
 from proxy.conversation import Conversation
-
-from .helpers import agent_conversation
+from tests.support.core_helpers import agent_conversation
 
 TOKENS = 10_000
 

@@ -9,8 +9,7 @@ import pytest
 
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, UserMessage
-
-from .helpers import add_tool_turn, assistant_calling
+from tests.support.core_helpers import add_tool_turn, assistant_calling
 
 
 def test_set_system_message_content_inserts_at_index_zero() -> None:

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from proxy.compact import AutoCompactor, CompactionContext, placeholder_for
 from proxy.conversation import Conversation
 from proxy.conversation_message import Message, RawOpenAIMessage
-
-from .helpers import sequence_errors, tool_call
+from tests.support.core_helpers import sequence_errors, tool_call
 
 ID_POOL = ["call_a", "call_b", "call_c", "call_d", "call_e", "call_f"]
 

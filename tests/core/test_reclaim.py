@@ -7,8 +7,7 @@ import pytest
 from proxy.compact import PLACEHOLDER_TEMPLATE, placeholder_for
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage
-
-from .helpers import add_tool_turn, agent_conversation
+from tests.support.core_helpers import add_tool_turn, agent_conversation
 
 LONG = "result " * 100
 

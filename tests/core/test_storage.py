@@ -10,8 +10,7 @@ import pytest
 
 from proxy.conversation import FORMAT_VERSION, Conversation
 from proxy.conversation_message import ConversationFormatError, RawOpenAIMessage, SystemPrompt
-
-from .helpers import add_tool_turn, agent_conversation
+from tests.support.core_helpers import add_tool_turn, agent_conversation
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 

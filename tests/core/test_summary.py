@@ -22,8 +22,12 @@ from proxy.compact import (
 )
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
-
-from .helpers import add_tool_turn, agent_conversation, assistant_calling, sequence_errors
+from tests.support.core_helpers import (
+    add_tool_turn,
+    agent_conversation,
+    assistant_calling,
+    sequence_errors,
+)
 
 
 class Recorder:

@@ -18,9 +18,8 @@ from proxy import trail
 from proxy.artifacts import call_paths, command_paths, constraints, error_line, exit_status
 from proxy.conversation import Conversation
 from proxy.conversation_message import SystemPrompt, message_from_json
-from proxy.session_state import SessionState
-
-from .helpers import tool_call
+from proxy.session.state import SessionState
+from tests.support.core_helpers import tool_call
 
 
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:

@@ -21,9 +21,9 @@ import httpx
 import openai
 import pytest
 
-from tests.agent import Agent, ModelScript
-from tests.fake_upstream import FakeUpstream
-from tests.servers import free_port
+from tests.support.agent import Agent, ModelScript
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

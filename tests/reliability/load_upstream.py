@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tests.agent import is_summary_request
-from tests.fake_upstream import FakeUpstream, Reply
+from tests.support.agent import is_summary_request
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 
 def model(body: dict[str, Any]) -> Reply:

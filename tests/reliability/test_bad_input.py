@@ -3,10 +3,10 @@ a 500 or a traceback, and never a corrupted stored state.
 
 Already proven elsewhere (not repeated here): malformed JSON, non-object bodies, invalid
 UTF-8, 100k-deep nesting and oversized bodies on the compacting path
-(tests/test_chat_inputs.py::test_malformed_bodies_get_400, ::test_oversized_body_gets_413),
-unknown roles, orphan tool results and repeated tool_call ids passing through unchanged
-(::test_histories_the_proxy_cannot_read_pass_through_unchanged), odd and 10 KB session ids
-(::test_odd_session_ids_work), admin query validation (tests/test_admin.py).
+(tests/wire/chat/test_chat_inputs.py::test_malformed_bodies_get_400,
+::test_oversized_body_gets_413), unknown roles, orphan tool results and repeated tool_call ids
+passing through unchanged (::test_histories_the_proxy_cannot_read_pass_through_unchanged), odd and
+10 KB session ids (::test_odd_session_ids_work), admin query validation (tests/admin/test_admin.py).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from tests.agent import TOOLS, is_summary_request
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import compacted_agent
 from tests.reliability.test_client_disconnect import stored_states
 from tests.reliability.test_stream_shapes import text_of
+from tests.support.agent import TOOLS, is_summary_request
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 URL = "/v1/chat/completions"
 KEY = "sk-bad-input"

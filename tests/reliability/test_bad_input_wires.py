@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.identity import session_header
-from proxy.session_state import SessionState
-from tests.fake_responses import PLACEHOLDER_RE, ReadFiles, Turn, input_items
-from tests.wire_sessions import (
+from proxy.session.identity import session_header
+from proxy.session.state import SessionState
+from tests.support.fake_responses import PLACEHOLDER_RE, ReadFiles, Turn, input_items
+from tests.support.wire_sessions import (
     INSTRUCTIONS,
     MESSAGES_MODEL,
     MESSAGES_SYSTEM,
@@ -77,7 +77,7 @@ class Target:
 
     def states(self) -> dict[str, SessionState]:
         """Every stored state, parsed (raises if one is corrupt), by session name (the
-        session header's value: the stored key also names the wire, `proxy.identity`)."""
+        session header's value: the stored key also names the wire, `proxy.session.identity`)."""
         self.proxy.server.settle()
         with sqlite3.connect(self.db) as conn:
             rows = conn.execute("SELECT session, data FROM sessions").fetchall()

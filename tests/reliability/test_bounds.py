@@ -1,10 +1,11 @@
 """Resource bounds: the per-session stored size cap and the concurrent upstream connections.
 
-Proven elsewhere: the request body cap on every route (tests/test_forward.py::
-test_oversized_body_is_413, tests/test_chat_inputs.py::test_oversized_body_gets_413), bounded
-extract rounds (tests/test_chat_stream.py::test_extract_rounds_are_bounded), a full pool
-answering 503 + Retry-After (tests/test_forward.py::test_connection_pool_is_bounded); the
-load test is tests/reliability/test_load.py.
+Proven elsewhere: the request body cap on every route (tests/server/test_forward.py::
+test_oversized_body_is_413, tests/wire/chat/test_chat_inputs.py::test_oversized_body_gets_413),
+bounded extract rounds (tests/wire/chat/test_chat_stream.py::test_extract_rounds_are_bounded), a
+full pool answering 503 + Retry-After
+(tests/server/test_forward.py::test_connection_pool_is_bounded); the load test is
+tests/reliability/test_load.py.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from tests.agent import Agent, ModelScript
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
+from tests.support.agent import Agent, ModelScript
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 
 def test_stored_state_never_exceeds_the_session_cap(

@@ -12,11 +12,12 @@ import httpx
 import openai
 import pytest
 
-from proxy.session import SessionState, validate
-from tests.agent import Agent, ModelScript, is_summary_request
+from proxy.session.history import validate
+from proxy.session.state import SessionState
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import wait_until
+from tests.support.agent import Agent, ModelScript, is_summary_request
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 PATHS = {
     "pass-through": {"authorization": "Bearer sk-gone"},

@@ -28,18 +28,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.cache_compact import CacheAwareCompactor
-from proxy.session import add_hidden, rebuild, record_turn
-from proxy.session_state import HiddenExtract, SessionState
+from proxy.compaction.cache_aware import CacheAwareCompactor
+from proxy.session.identity import tenant_of
+from proxy.session.rebuild import rebuild, record_turn
+from proxy.session.state import HiddenExtract, SessionState, add_hidden
 from proxy.store import SessionKey
 from proxy.store.memory import MemoryStore
-from proxy.turn import tenant_of
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.reliability.rawupstream import chunk, completion, sse
 from tests.scale.script import NumberedModel, read_state, session_key
 from tests.scale.test_concurrency import WARM_TURNS, burst, warm_up
-from tests.servers import UvicornThread
+from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
+from tests.support.servers import UvicornThread
 
 URL = "/v1/chat/completions"
 HELLO = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}

@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream
 from tests.reliability.conftest import ROOT, SpawnProxy, proxy_env, wait_until
 from tests.reliability.rawupstream import TimedUpstream
-from tests.servers import free_port
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
 ERROR_FIELDS = {"message", "type", "param", "code"}

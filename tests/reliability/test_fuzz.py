@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.app import create_app
-from proxy.session import SessionState
+from proxy.server.app import create_app
+from proxy.session.state import SessionState
 from tests.conftest import proxy_settings
-from tests.fake_upstream import FakeUpstream
-from tests.servers import UvicornThread
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import UvicornThread
 
 PROXY_500 = b"The proxy failed to handle the request."
 EXAMPLES = 150

@@ -6,8 +6,8 @@ that stop at the deadline. The proxy (SQLite store, compaction on) and the fake 
 as separate processes. `XUN_LOAD_SECONDS` / `XUN_LOAD_SESSIONS` change the size; the numbers
 in SECURITY.md are from the default (60 s, 200 sessions).
 
-Memory is read once the proxy has gone idle and run its reclaim (proxy.memory; the test waits
-for `xun_memory_reclaim_seconds_count` to move). What may stay is what the hot-state cache
+Memory is read once the proxy has gone idle and run its reclaim (proxy.server.allocator; the test
+waits for `xun_memory_reclaim_seconds_count` to move). What may stay is what the hot-state cache
 holds by design (its accounted bytes, from /readyz?verbose) plus a small allowance for the
 allocators' partly used pages; a second round of the same load must not add to it.
 """

@@ -16,10 +16,10 @@ import httpx
 import openai
 import pytest
 
-from proxy.session import SessionState
-from tests.agent import Agent, ModelScript, is_summary_request, summary_count
-from tests.fake_upstream import FakeUpstream, Reply
+from proxy.session.state import SessionState
 from tests.reliability.conftest import ProxyProcess, SpawnProxy
+from tests.support.agent import Agent, ModelScript, is_summary_request, summary_count
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 SESSION = "kill-1"
 KEY = "sk-kill"

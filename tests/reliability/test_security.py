@@ -1,10 +1,10 @@
 """Security guarantees: tenant isolation in every store, no secrets in what the proxy keeps or
 answers, session ids never metric labels, the summary fenced as data, no SSRF.
 
-Proven elsewhere: admin routes need the admin key (tests/test_admin.py auth tests); logs,
+Proven elsewhere: admin routes need the admin key (tests/admin/test_admin.py auth tests); logs,
 /metrics and the SQLite file of a real console-script run hold no key or content
-(tests/test_logging_secrets.py); absolute-form and `//host` request targets
-(tests/test_forward.py::test_request_never_chooses_the_upstream_host).
+(tests/server/test_logging_secrets.py); absolute-form and `//host` request targets
+(tests/server/test_forward.py::test_request_never_chooses_the_upstream_host).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import pytest
 import redis
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, SUMMARY_PROMPT
-from tests.agent import SYSTEM, Agent, ModelScript, is_summary_request
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import RedisServer
+from tests.support.agent import SYSTEM, Agent, ModelScript, is_summary_request
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 KEY_A = "sk-tenant-A-SECRET-0001"
 KEY_B = "sk-tenant-B-SECRET-0002"

@@ -1,4 +1,4 @@
-"""Graceful shutdown: SIGTERM drains the proxy process (proxy.lifecycle) before it exits 0.
+"""Graceful shutdown: SIGTERM drains the proxy process (proxy.server.lifecycle) before it exits 0.
 
 /readyz turns 503 first, new requests get an OpenAI-shaped 503 with Retry-After, streams in
 flight finish (up to the drain timeout, then they end with an error event), exit status 0.
@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import SpawnProxy, wait_until
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}], "stream": True}
 PATHS = {

@@ -18,11 +18,11 @@ import httpx
 import pytest
 import redis
 
-from proxy.saving import SETTLE_WAIT_S
-from proxy.session import SessionState
+from proxy.session.state import SessionState
+from proxy.turn.saving import SETTLE_WAIT_S
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream
 from tests.reliability.conftest import RedisServer
+from tests.support.fake_upstream import FakeUpstream
 
 HEADERS = {"authorization": "Bearer sk-store", "x-session-id": "store-1"}
 
@@ -74,7 +74,7 @@ def test_sqlite_locked_by_another_connection(
         # Another process holds the write lock. No answer waits for it: a turn's save is
         # written after its answer went out, the first waits out SQLite's busy timeout (5 s)
         # and fails, and the session's next requests wait at most `SETTLE_WAIT_S` for the
-        # saves before them, then read what is stored (proxy.saving).
+        # saves before them, then read what is stored (proxy.turn.saving).
         holder.execute("BEGIN EXCLUSIVE")
         holder.execute("UPDATE sessions SET meta = meta")
         for stream in (False, True, False, True):

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from tests.agent import TOOLS
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.conftest import compacted_agent
 from tests.reliability.rawupstream import chunk, sse
+from tests.support.agent import TOOLS
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 URL = "/chat/completions"
 PATHS = {

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream, Reply
 from tests.reliability.rawupstream import Blackhole, TimedUpstream
-from tests.servers import free_port
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.servers import free_port
 
 URL = "/chat/completions"
 PATHS = {

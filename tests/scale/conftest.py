@@ -24,7 +24,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 SHARED_REDIS = "redis://127.0.0.1:6379"
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """A deterministic model for the scale tests, and helpers to read what a proxy stored.
 
-`tests.agent.ModelScript` gives tool calls random ids; here every id and every summary is
+`tests.support.agent.ModelScript` gives tool calls random ids; here every id and every summary is
 numbered, so two runs of one script send byte-identical requests upstream.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from proxy.session import SessionState
+from proxy.session.identity import tenant_of
+from proxy.session.state import SessionState
 from proxy.store import SessionKey, Store, open_store
-from proxy.turn import tenant_of
-from tests.agent import is_summary_request
-from tests.fake_upstream import Reply
+from tests.support.agent import is_summary_request
+from tests.support.fake_upstream import Reply
 
 API_KEY = "sk-scale-test"
 

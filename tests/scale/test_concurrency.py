@@ -15,10 +15,10 @@ import openai
 import pytest
 
 from proxy.store import Store
-from tests.agent import TOOLS, Agent, is_summary_request
 from tests.conftest import MakeProxy, RunningProxy
-from tests.fake_upstream import FakeUpstream
 from tests.scale.script import API_KEY, NumberedModel, read_state, session_key
+from tests.support.agent import TOOLS, Agent, is_summary_request
+from tests.support.fake_upstream import FakeUpstream
 
 THRESHOLD = 8000
 WARM_TURNS = 20

@@ -23,7 +23,7 @@ import pytest
 from proxy.store import open_store
 from tests.scale.conftest import REPO, ProxyProcess, rss_kib, wait_until
 from tests.scale.tiny import RawClient
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),

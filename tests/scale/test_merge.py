@@ -1,11 +1,12 @@
-"""Merging the states of two concurrent writers (proxy.merge): pure, table-like cases."""
+"""Merging the states of two concurrent writers (proxy.session.merge): pure, table-like cases."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from proxy.merge import compaction_rank, merge_states
-from proxy.session import HiddenExtract, SessionState, apply_compaction, rebuild, record_turn
+from proxy.session.merge import compaction_rank, merge_states
+from proxy.session.rebuild import apply_compaction, rebuild, record_turn
+from proxy.session.state import HiddenExtract, SessionState
 
 
 def history(turns: int, size: int = 400) -> list[dict[str, Any]]:

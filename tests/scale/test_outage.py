@@ -19,10 +19,10 @@ import openai
 import pytest
 
 from proxy.store import open_store
-from tests.agent import Agent, model_requests
-from tests.fake_upstream import FakeUpstream
 from tests.scale.conftest import ProxyProcess, RedisServer, wait_until
 from tests.scale.script import API_KEY, NumberedModel, session_key
+from tests.support.agent import Agent, model_requests
+from tests.support.fake_upstream import FakeUpstream
 
 THRESHOLD = 8000
 PREFIX = "xunoutage:"

@@ -18,12 +18,12 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from proxy.turn_log import TurnLog
-from tests.agent import Agent
-from tests.fake_upstream import FakeUpstream, Reply
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.turn_log import TurnLog
 from tests.scale.conftest import SHARED_REDIS, ProxyProcess, drop_keys
 from tests.scale.script import API_KEY, NumberedModel, read_state, session_key
+from tests.support.agent import Agent
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 THRESHOLD = 8000
 TURNS = 36

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.session import SessionState
+from proxy.session.state import SessionState
 from proxy.store import SessionKey, open_store
 from tests.scale.conftest import REPO, SHARED_REDIS, drop_keys
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 DAY = 86400
 NOW = time.time()

@@ -11,10 +11,13 @@ import httpx
 import pytest
 
 from proxy.compact import AutoCompactor
-from proxy.session import SessionState, estimate_tokens, rebuild, record_turn
+from proxy.session.history import estimate_tokens
+from proxy.session.identity import tenant_of
+from proxy.session.rebuild import rebuild, record_turn
+from proxy.session.state import SessionState
 from proxy.store import SessionKey, Store, StoreError, open_store
 from proxy.store.memory import MemoryStore
-from proxy.turn import Turn, tenant_of
+from proxy.turn.session_turn import Turn
 
 KEY = SessionKey("tenant", "session")
 THRESHOLD = 8_000

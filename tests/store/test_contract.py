@@ -228,7 +228,7 @@ async def test_ping(store: Store) -> None:
 
 
 async def test_releasing_memory_loses_nothing(store: Store) -> None:
-    """What an idle proxy does before trimming its heap (proxy.memory): only caches go."""
+    """What an idle proxy does before trimming its heap (proxy.server.allocator): only caches go."""
     keys = [SessionKey("tenant-a", f"session-{n}") for n in range(20)]
     for n, key in enumerate(keys):
         await put_new(store, key, b"state %d " % n * 500, n=n)

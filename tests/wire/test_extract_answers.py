@@ -14,16 +14,16 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME, answer, answer_content
-from proxy.history import tool_results
-from proxy.tool_output import EMPTY_OUTPUT, as_text, chat_content
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, answer, answer_content
+from proxy.session.history import tool_results
+from proxy.session.tool_output import EMPTY_OUTPUT, as_text, chat_content
 from proxy.wire.base import Round
-from proxy.wire.chat import ChatWire
-from proxy.wire.messages_neutral import to_neutral
-from proxy.wire.messages_request import continue_body as messages_continue
-from proxy.wire.responses import ResponsesWire
-from proxy.wire.responses_back import messages_to_items
-from proxy.wire.responses_items import items_to_messages
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.messages.bodies import continue_body as messages_continue
+from proxy.wire.messages.to_neutral import to_neutral
+from proxy.wire.responses.adapter import ResponsesWire
+from proxy.wire.responses.from_neutral import messages_to_items
+from proxy.wire.responses.to_neutral import items_to_messages
 
 PNG = base64.b64encode(b"\x89PNG" + bytes(range(256)) * 48).decode()  # 12292 bytes
 PNG_BYTES = 4 + 256 * 48

@@ -1,5 +1,5 @@
 """Converting a Messages or Responses history on from the session's last request's conversion
-(`proxy.neutral_reuse`) gives what converting it whole gives, and is used only when the
+(`proxy.wire.neutral_reuse`) gives what converting it whole gives, and is used only when the
 history resends the last one's as it was."""
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.errors import InvalidRequest
-from proxy.json_limits import Written, compaction_blocker
-from proxy.neutral_reuse import NeutralReuse
-from proxy.session import UnrecognisedHistory
-from proxy.wire.messages import MessagesWire
-from proxy.wire.messages_checks import checked, request_error
-from proxy.wire.messages_neutral import convert, to_neutral
-from proxy.wire.responses import ResponsesWire
-from proxy.wire.responses_items import convert as convert_items
-from proxy.wire.responses_items import items_to_messages
-from tests.wire.messages_cases import requests, session
-from tests.wire.test_responses_items import fc, fco, histories
+from proxy.session.history import UnrecognisedHistory
+from proxy.session.json_limits import Written, compaction_blocker
+from proxy.wire.messages.adapter import MessagesWire
+from proxy.wire.messages.checks import checked, request_error
+from proxy.wire.messages.to_neutral import convert, to_neutral
+from proxy.wire.neutral_reuse import NeutralReuse
+from proxy.wire.responses.adapter import ResponsesWire
+from proxy.wire.responses.to_neutral import convert as convert_items
+from proxy.wire.responses.to_neutral import items_to_messages
+from tests.wire.messages.messages_cases import requests, session
+from tests.wire.responses.test_responses_items import fc, fco, histories
 
 WIRE = MessagesWire()
 

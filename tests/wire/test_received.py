@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from proxy.session import Rebuild, cover, rebuild
-from proxy.session_state import SessionState
+from proxy.session.rebuild import Rebuild, cover, rebuild
+from proxy.session.state import SessionState
 from proxy.wire.base import Wire
-from proxy.wire.chat import ChatWire
-from proxy.wire.messages import MessagesWire
-from proxy.wire.responses import ResponsesWire
-from tests.wire.messages_cases import SIG, session, tool_result, tool_use
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.messages.adapter import MessagesWire
+from proxy.wire.responses.adapter import ResponsesWire
+from tests.wire.messages.messages_cases import SIG, session, tool_result, tool_use
 
 RESPONSES: list[dict[str, Any]] = [
     {"role": "developer", "content": "Be terse."},
@@ -49,7 +49,8 @@ def body_of(wire: Wire, items: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def turn(wire: Wire, items: list[dict[str, Any]], state: SessionState | None) -> Rebuild:
-    """One request's rebuild, as `proxy.turn.Turn.load` makes it (a fresh parse each time)."""
+    """One request's rebuild, as `proxy.turn.session_turn.Turn.load` makes it (a fresh parse each
+    time)."""
     neutral = wire.messages(body_of(wire, items))
     return rebuild(neutral, state, None, wire.as_received(neutral))
 

@@ -16,18 +16,25 @@ import openai
 import orjson
 import pytest
 
-from proxy.extract_tool import EXTRACT_TOOL_NAME
-from proxy.sse import SSEDecoder
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from proxy.wire.base import Round
-from proxy.wire.messages_stream import MessagesRelay
-from proxy.wire.responses import Relay
-from proxy.wire.responses_whole import NOT_A_RESPONSE
-
-from .messages_cases import USAGE_1, USAGE_2, client_view, relay_round, reply, stream, text
-from .messages_cases import extract as m_extract
-from .messages_cases import thinking as m_thinking
-from .messages_cases import use as m_use
-from .test_responses_stream import (
+from proxy.wire.messages.stream import MessagesRelay
+from proxy.wire.responses.adapter import Relay
+from proxy.wire.responses.whole import NOT_A_RESPONSE
+from proxy.wire.sse import SSEDecoder
+from tests.wire.messages.messages_cases import (
+    USAGE_1,
+    USAGE_2,
+    client_view,
+    relay_round,
+    reply,
+    stream,
+    text,
+)
+from tests.wire.messages.messages_cases import extract as m_extract
+from tests.wire.messages.messages_cases import thinking as m_thinking
+from tests.wire.messages.messages_cases import use as m_use
+from tests.wire.responses.test_responses_stream import (
     call,
     extract,
     items_seen,

@@ -1,0 +1,1 @@
+"""Beside the flow, for operators: the admin API, the viewer page (`web/`) and the sessions CLI."""

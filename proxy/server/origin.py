@@ -1,0 +1,116 @@
+"""Who may spend the operator's key: the rules of a proxy started with `--upstream-api-key`.
+
+Such a proxy adds `Authorization: Bearer <operator key>` to what it sends the OpenAI-side
+upstream, so whoever reaches it spends that key; a web page must not. Every `/v1/...`
+request is then refused, in the shape of the API it came through, when:
+
+- its `Host` is not a loopback name (`localhost`, `127.x.y.z`, `[::1]`, any port) nor one of
+  `server.allowed_hosts` (403 `host_not_allowed`): a page that rebinds its own DNS name to
+  the proxy's address still sends its own name;
+- it carries an `Origin` whose host is not one of those (403 `origin_not_allowed`; the
+  opaque origin `null` included): a browser names the page behind every cross-site POST;
+- it posts to a model route (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`)
+  a body that is not `Content-Type: application/json` (415 `unsupported_media_type`): a
+  page can send `text/plain` or a form cross-site without asking (no CORS preflight), never
+  JSON.
+
+Without an operator key each request spends the client's own key, and nothing here applies.
+The host parsing is `proxy.hosts`, the same as the key-less admin API's. `origin_refusal` is
+pure; `OriginGuardMiddleware` is the ASGI glue, installed only when the proxy holds a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import InvalidRequest, ProxyError
+from proxy.hosts import allowed_host, allowed_origin
+from proxy.server.guard import refusal
+
+API_PREFIX = "/v1"
+# The model routes, and the wire each one's requests are logged and counted under.
+MODEL_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+}
+
+
+class Forbidden(InvalidRequest):
+    status = 403
+    type = "permission_error"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
+    default_code = "unsupported_media_type"
+
+
+# A client sends the same Host (and Origin) on every request: judge each value once.
+_host_ok = lru_cache(maxsize=256)(allowed_host)
+_origin_ok = lru_cache(maxsize=256)(allowed_origin)
+_WATCHED = frozenset({b"host", b"origin", b"content-type"})
+
+
+def _watched(headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, list[str]]:
+    """The Host, Origin and Content-Type values, in one pass over the header list."""
+    found: dict[bytes, list[str]] = {b"host": [], b"origin": [], b"content-type": []}
+    for key, value in headers:
+        if key in _WATCHED:
+            found[key].append(value.decode("latin-1"))
+    return found
+
+
+def origin_refusal(scope: Scope, allowed: tuple[str, ...]) -> ProxyError | None:
+    """Why this request may not spend the operator's key, or None (see the module doc)."""
+    path: str = scope["path"]
+    if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
+        return None
+    found = _watched(scope["headers"])
+    hosts = found[b"host"]
+    if len(hosts) != 1 or not _host_ok(hosts[0], allowed):
+        return Forbidden(
+            "This proxy adds its own upstream key, so it serves only requests for localhost, "
+            "127.0.0.1, [::1] or a name given with --allowed-host (XUN_ALLOWED_HOSTS).",
+            code="host_not_allowed",
+        )
+    if not all(_origin_ok(origin, allowed) for origin in found[b"origin"]):
+        return Forbidden(
+            "This proxy adds its own upstream key, so it refuses requests from web pages of "
+            "other origins; an allowed origin's host is loopback or given with --allowed-host.",
+            code="origin_not_allowed",
+        )
+    if scope["method"] == "POST" and path in MODEL_ROUTES:
+        types = found[b"content-type"]
+        media = types[0].partition(";")[0].strip().lower() if len(types) == 1 else ""
+        if media != "application/json":
+            return UnsupportedMediaType(
+                "Send the body as JSON, with 'Content-Type: application/json'.",
+                param="content-type",
+            )
+    return None
+
+
+class OriginGuardMiddleware:
+    """Pure ASGI: refuse what `origin_refusal` refuses, before any route reads the body."""
+
+    def __init__(self, app: ASGIApp, *, allowed_hosts: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = tuple(allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = origin_refusal(scope, self.allowed)
+            if refused is not None:
+                fields = scope.get("state", {}).get("log_fields")
+                if isinstance(fields, dict) and scope["path"] in MODEL_ROUTES:
+                    fields["wire"] = MODEL_ROUTES[scope["path"]]  # counted under its wire
+                await refusal(scope, refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+__all__ = ["MODEL_ROUTES", "OriginGuardMiddleware", "origin_refusal"]

@@ -1,0 +1,438 @@
+"""One compacting turn, whatever the wire format: the request flow of every model route.
+
+route -> wire.parse -> Pipeline.prepare (session key, load, rebuild, compact: threshold, projected
+and reactive triggers) -> wire.upstream_body -> upstream -> wire relay (hides the proxy's extract
+calls; the pipeline answers them and asks upstream again) -> record the usage, save.
+`proxy.turn.session_turn.Turn` holds the session's state and the compaction lease; the wire adapter
+(`proxy.wire`) knows bodies, streams, usage and error shapes. Every failure of the proxy's own
+degrades to sending the request upstream uncompacted.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.compact import CompactorAbstract
+from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
+from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
+from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.compaction.windows import known_window, threshold_for
+from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
+from proxy.session.extract_tool import split_calls
+from proxy.session.hidden_rounds import answer_messages, round_entry
+from proxy.session.identity import session_key, tenant_of
+from proxy.session.json_limits import Written, dumps_body
+from proxy.session.rebuild import record_turn
+from proxy.session.state import add_hidden, add_round
+from proxy.store.base import SessionKey
+from proxy.trail import counts as trail_counts
+from proxy.turn.session_turn import Turn
+from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
+from proxy.turn.thinking_binder import Binder
+from proxy.upstream.client import Upstream, UpstreamResponse, read_response
+from proxy.wire.base import JSON, Round, Usage, Wire
+
+log = logging.getLogger("proxy.pipeline")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# The least `X-Xun-Token-Threshold` asks for: below it, a value counts as this.
+MIN_HEADER_THRESHOLD = 1024
+NOT_JSON = "The upstream API answered 200 with a body that is not JSON."
+
+
+class Pipeline:
+    """One compacting request of a session, from the parsed body to the response."""
+
+    def __init__(
+        self,
+        request: Request,
+        body: JSON,
+        session_id: str,
+        wire: Wire,
+        upstream: Upstream | None = None,
+        written: Written | None = None,  # the client's body as the blocker check wrote it
+    ) -> None:
+        app_state = request.app.state
+        self.request = request
+        self.wire = wire
+        self.settings = app_state.settings
+        self.upstream: Upstream = upstream or app_state.upstream
+        self.compactor: CompactorAbstract = app_state.compactor
+        self.client_body = body
+        self.stream = bool(body.get("stream"))
+        self.headers = self.upstream.forward_headers(request.headers)
+        self.headers["content-type"] = "application/json"
+        self.headers.pop("content-encoding", None)  # the body goes up rebuilt, uncompressed
+        tenant = tenant_of(request.headers, self.settings.tenant_header)
+        key = SessionKey(tenant=tenant, session=session_key(session_id, wire.name))
+        writer = getattr(app_state, "writer", None)
+        self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
+        self.turn.written = written
+        self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
+        self.upstream_ms = 0.0
+        self.extract_calls = 0
+        # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
+        self.continuations: list[tuple[Round, list[JSON]]] = []
+        # Escalation after context-length refusals: the steps (built at the first refusal),
+        # and the next one to take.
+        self.ladder: list[CompactorAbstract] | None = None
+        self.rung = 0
+        self.first_prompt: int | None = None  # the first round's billed prompt
+        self.upstream_headers: list[tuple[str, str]] = []
+        self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
+        request.state.log_fields = self.log_fields
+        self.log_fields["wire"] = wire.name
+        self.binder = Binder(wire, self.turn, self.log_fields)
+        # The request asks the provider to compact (`proxy.wire.provider_compaction`): the
+        # proxy's earlier compactions still apply, so the prefix holds, but it adds none.
+        self.provider_compacts = wire.provider_compacts(body)
+        if self.provider_compacts:
+            self.log_fields["provider_compaction"] = True
+
+    # -- preparation --------------------------------------------------------------------
+    def threshold(self) -> int:
+        """The trigger: the header override, the setting, or a share of the model's window."""
+        value = self.request.headers.get("x-xun-token-threshold", "")
+        override = int(value) if value.isdigit() and int(value) > 0 else None
+        if override is not None:  # `1` would make every request a summary and its rounds
+            override = max(override, MIN_HEADER_THRESHOLD)
+        settings = self.settings
+        explicit = override is not None or "token_threshold" in settings.model_fields_set
+        setting = override or int(settings.token_threshold)
+        model = str(self.client_body.get("model") or "")
+        learned = self.turn.rb.state.context_window if self.turn.rb is not None else None
+        window = learned or known_window(model, settings.context_windows)
+        return threshold_for(setting, explicit=explicit, window=window, learned=bool(learned))
+
+    def compaction_enabled(self) -> bool:
+        if self.provider_compacts or self.request.headers.get("x-xun-compact", "").lower() == "off":
+            return False
+        return bool(self.settings.auto_compact_enabled)
+
+    async def post_summary(self, chat_body: JSON) -> JSON:
+        """A summary request, made in the session's own API."""
+        started = time.perf_counter()
+        summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
+        try:
+            status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
+        finally:
+            self.upstream_ms += (time.perf_counter() - started) * 1000
+        if status == 200 and isinstance(data, dict):
+            return self.wire.summary_reply(data)
+        if is_context_length_error(status, data):
+            raise ContextLengthExceeded(str(status))
+        raise UpstreamError(f"summary request failed with status {status}")
+
+    async def prepare(
+        self,
+        *,
+        force_tokens: int | None = None,
+        threshold: int | None = None,
+        step: CompactorAbstract | None = None,
+    ) -> None:
+        """Load and compact as the strategy decides; with `step`, run that escalation step
+        (`proxy.compaction.escalation`) instead, forced past the threshold by `force_tokens`."""
+        if force_tokens is None:
+            await self.turn.load()
+            rb = self.turn.rb
+            keep = rb.state.pending_summary if rb is not None else None
+            if keep is not None and rb is not None and self.compaction_enabled():
+                # An operator's summary, asked for without a key of the proxy's own: made
+                # now, with this client's credentials, whatever the threshold says.
+                rb.state.pending_summary = None
+                threshold = threshold or self.threshold()
+                step = ForcedSummary(self.settings.toolcall_keep_max, keep)
+                force_tokens = max(threshold * 2, 1)
+        if self.compaction_enabled():
+            await self.turn.compact(
+                step or self.compactor,
+                threshold=threshold or self.threshold(),
+                post=self.post_summary,
+                summary_model=self.settings.summary_model,
+                force_tokens=force_tokens,
+                economics=functools.partial(self.economics, force=force_tokens is not None),
+            )
+            if self.turn.compaction in ("toolcall", "summary"):
+                await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def economics(self, *, force: bool = False) -> Economics | None:
+        """What the session's prompt cache is worth, for cost-aware compactors."""
+        rb = self.turn.rb
+        if rb is None:
+            return None
+        state = rb.state
+        model = str(self.client_body.get("model") or "")
+        window = state.context_window or known_window(model, self.settings.context_windows)
+        observed = observed_hit_ratio(state.turn_log)
+        ttl = self.wire.cache_ttl(self.client_body)  # the write price depends on it
+        writes = write_terms(model, ttl, state.turn_log, self.settings.cache_write_factors)
+        return Economics(
+            cache_factor=cache_factor_for(model, self.settings.cache_read_factors),
+            hit_ratio=1.0 if observed is None else observed,
+            turns=len(state.turn_log),
+            # A refusal for length means the window is reached: compact whatever it costs.
+            context_window=1 if force else window,
+            size_after_summary=state.size_after_summary,
+            removed_by_summary=state.removed_by_summary,
+            accrued=state.accrued,
+            # The first compaction rewrites the tools block too when it is what adds the
+            # proxy's tool (extract_tool = after_compaction).
+            rewrites_all=not state.compacted and self.turn.defer_extract_tool,
+            fixed_chars=self.tools_chars(),
+            write_factor=writes[0],
+            write_share=writes[1],
+        )
+
+    def tools_chars(self) -> int:
+        """Characters of the tools block a compaction leaves upstream: the client's tools
+        with the proxy's tool, which a compaction adds if it is not there yet."""
+        tools = self.wire.tools(self.client_body)
+        if not isinstance(tools, list):
+            return 0
+        if tools and not self.wire.defines_extract_tool(tools):
+            tools = self.wire.with_extract_tool(tools)
+        try:
+            return len(orjson.dumps(tools))
+        except TypeError:
+            return 0  # not JSON (the wire refuses it later): nothing to count
+
+    def response_headers(self) -> dict[str, str]:
+        """The last upstream round's end-to-end headers, ours added; x-request-id if absent."""
+        headers = {
+            name: value
+            for name, value in self.upstream_headers
+            if name not in ("content-type", "content-length")
+        }
+        headers.setdefault("x-request-id", f"req_{uuid.uuid4().hex}")
+        headers["x-xun-session"] = self.turn.key.id
+        if self.turn.rb is not None:
+            headers["x-xun-compaction"] = self.turn.compaction
+        else:
+            unsupported = self.turn.degraded == "unsupported"
+            headers["x-xun-compaction"] = "unsupported" if unsupported else "none"
+        return headers
+
+    async def escalate(self, error_body: Any) -> bool:
+        """After a context-length refusal: compact harder, one step of the ladder at a time
+        (`proxy.compaction.escalation`), until a step removed at least what the refusal said was
+        missing; True when the request is worth sending again."""
+        rb = self.turn.rb
+        if rb is None or not self.compaction_enabled() or self.turn.degraded:
+            return False
+        window = self.wire.learned_window(error_body)
+        if window:
+            rb.state.context_window = window
+        missing = missing_tokens(error_body)
+        threshold = self.threshold()
+        removed = 0
+        if self.ladder is None:
+            settings = self.settings
+            self.ladder = ladder(
+                settings.toolcall_keep_max, settings.summary_keep_max, settings.max_retries
+            )
+        while self.rung < len(self.ladder):
+            step = self.ladder[self.rung]
+            self.rung += 1
+            before = rb.conversation.estimated_message_length()
+            await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold, step=step)
+            if self.turn.rb is None:
+                return False
+            rb = self.turn.rb
+            removed += max(0, before - rb.conversation.estimated_message_length())
+            gained = calibrated(removed // 4, rb.state.calibration)
+            if removed and (missing is None or gained >= missing):
+                return True
+        return False
+
+    def current_body(self) -> JSON:
+        """The body of the next upstream round: the rebuilt request, then the proxy's own
+        extract rounds of this request so far."""
+        body = self.turn.upstream_body(stream=self.stream)
+        for rnd, results in self.continuations:
+            body = self.wire.continue_body(body, rnd, results)
+        return body
+
+    # -- upstream calls -----------------------------------------------------------------
+    async def open(self, body: JSON) -> UpstreamResponse:
+        body = self.binder.bind(body)
+        started = time.perf_counter()
+        try:
+            resp = await self.upstream.send(
+                "POST",
+                self.wire.path,
+                headers=self.headers,
+                content=dumps_body(body, self.turn.written),
+                params=self.request.scope.get("query_string", b""),  # e.g. ?beta=true
+            )
+            self.upstream_headers = self.upstream.response_headers(resp.headers)
+            return resp
+        finally:
+            self.upstream_ms += (time.perf_counter() - started) * 1000
+
+    async def open_checked(self, body: JSON) -> tuple[UpstreamResponse | None, Response | None]:
+        """Open a round; after a context-length refusal compact harder and send again (the
+        proxy's extract rounds of this request re-applied), else relay the error."""
+        while True:
+            resp = await self.open(body)
+            if resp.status_code == 200:
+                return resp, None
+            raw = await read_response(resp)
+            try:
+                data: Any = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = None
+            if is_context_length_error(resp.status_code, data) and await self.escalate(data):
+                body = self.current_body()
+                continue
+            return None, Response(
+                raw,
+                status_code=resp.status_code,
+                headers=self.response_headers(),
+                media_type=resp.headers.get("content-type"),
+            )
+
+    def extract_results(self, calls: list[JSON]) -> list[JSON]:
+        self.extract_calls += len(calls)
+        return answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
+
+    def rounds_left(self, done: int) -> bool:
+        return self.turn.injected and done < int(self.settings.max_extract_rounds)
+
+    def hide(self, rnd: Round, extract: list[JSON], results: list[JSON]) -> None:
+        """Keep extract calls made beside the client's own: later rebuilds re-insert them."""
+        own, _ = split_calls(rnd.message.get("tool_calls"))
+        if own and self.turn.rb is not None:
+            add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
+
+    # -- non-streaming ------------------------------------------------------------------
+    async def complete(self) -> Response:
+        body = self.turn.upstream_body(stream=False)
+        rounds: list[Round] = []
+        while True:
+            resp, error = await self.open_checked(body)
+            if error is not None:
+                await self.finish(None, save=False)
+                return error
+            assert resp is not None
+            raw = await read_response(resp)
+            try:
+                rnd = self.wire.reply_round(orjson.loads(raw))
+            except orjson.JSONDecodeError:  # a gateway's HTML page, a body cut short
+                await self.finish(None, save=False)
+                return self.error_response(UpstreamInvalidResponse(NOT_JSON))
+            except UpstreamInvalidResponse as exc:
+                await self.finish(None, save=False)
+                return self.error_response(exc)
+            rounds.append(rnd)
+            self.note_first(rnd)
+            _, extract = split_calls(rnd.message.get("tool_calls"))
+            if extract and self.turn.injected:
+                results = self.extract_results(extract)
+                if rnd.only_extract and self.rounds_left(len(rounds) - 1):
+                    self.continuations.append((rnd, results))
+                    body = self.current_body()  # as compacted, if a refusal escalated
+                    continue
+                self.hide(rnd, extract, results)
+            break
+        reply = self.wire.client_reply(self.client_body, rounds, injected=self.turn.injected)
+        # Recorded once the answer is out, before the request ends: the next one finds the save.
+        return Response(
+            orjson.dumps(reply),
+            media_type="application/json",
+            headers=self.response_headers(),
+            background=BackgroundTask(self.finish, rounds[-1].usage),
+        )
+
+    def error_response(self, exc: ProxyError) -> Response:
+        body = self.wire.error_body(exc.status, exc.message, exc.type, exc.code, exc.param)
+        headers = {**self.response_headers(), **exc.headers}
+        return JSONResponse(body, status_code=exc.status, headers=headers)
+
+    def note_first(self, rnd: Round) -> None:
+        """Keep the first round's billed prompt (to calibrate the estimate), and the prefix
+        of each thinking block of every round's reply."""
+        if self.first_prompt is None and rnd.usage is not None:
+            self.first_prompt = rnd.usage.prompt
+        self.binder.note(rnd)
+
+    def calibrate(self) -> None:
+        """Update the session's ratio of billed to estimated prompt tokens."""
+        rb = self.turn.rb
+        if rb is None or not self.first_prompt:
+            return
+        tools = self.wire.tools(self.client_body)
+        tools_estimate = len(orjson.dumps(tools)) // 4 if tools else 0
+        calibrate(rb.state, self.first_prompt, rb.sent_estimate() + tools_estimate)
+
+    async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
+        """Record the turn's usage, save the state, and note what happened for logs/metrics.
+
+        The save is written while the answer goes out: the session's next request, and the
+        admin API, wait for it before they read. A turn the upstream refused saves nothing:
+        its history may diverge from the stored one (a bad request, a retry), and the
+        session must not start over for it. What a compaction decided was saved when it ran.
+        """
+        rb = self.turn.rb
+        if rb is not None and save:
+            rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
+            for rnd, results in self.continuations:  # later requests carry them again
+                message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
+                add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
+            self.calibrate()
+            if usage is not None:
+                record_turn(
+                    rb,
+                    total_tokens=usage.total,
+                    prompt_tokens=usage.prompt,
+                    cached_tokens=usage.cached,
+                    written_tokens=usage.written,
+                    compaction=self.turn.compaction,
+                )
+            await self.turn.save(wait=False)
+        report = self.turn.reports[-1] if self.turn.reports else {}
+        self.log_fields.update(
+            session=self.turn.key.id[:12],
+            tenant=self.turn.key.tenant[:8],
+            model=self.client_body.get("model"),
+            upstream_ms=round(self.upstream_ms, 2),
+            compaction=self.turn.compaction,
+            tokens_before=report.get("tokens_before"),
+            tokens_after=report.get("estimated_tokens_after"),
+            summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,
+            extract_calls=self.extract_calls,
+            degraded=self.turn.degraded,
+            store_errors=self.turn.store_errors,
+            lease=self.turn.lease,  # how the compaction lease went (session_turn.Turn.lease)
+            trail_entries=trail_counts(rb.state.trail)
+            if rb is not None and self.turn.compaction == "summary"
+            else None,
+        )
+
+    # -- streaming ----------------------------------------------------------------------
+    async def start_stream(self) -> Response:
+        body = self.turn.upstream_body(stream=True)
+        resp, error = await self.open_checked(body)
+        if error is not None:
+            await self.finish(None, save=False)
+            return error
+        assert resp is not None
+        if not readable_stream(resp):  # an HTML page: no event will ever come
+            await resp.aclose()
+            await self.finish(None, save=False)
+            return self.error_response(UpstreamInvalidResponse(NOT_A_STREAM))
+        headers = {**SSE_HEADERS, **self.response_headers()}
+        return StreamingResponse(
+            relay_stream(self, resp, body),
+            media_type="text/event-stream",
+            headers=headers,
+            background=BackgroundTask(resp.aclose),
+        )

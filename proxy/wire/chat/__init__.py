@@ -1,0 +1,1 @@
+"""Chat Completions on the wire: the identity case of the neutral conversation."""

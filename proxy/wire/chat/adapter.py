@@ -1,0 +1,259 @@
+"""Chat Completions on the wire: the identity case of the neutral conversation.
+
+Neutral messages are Chat Completions messages, so requests map onto them as they are; this
+adapter adds the proxy's tool in the `tools` list, asks a stream for its usage, hides extract
+calls in replies and chunks (`proxy.wire.chat.relay`), and renders errors in OpenAI's shape. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
+from proxy.session.extract_tool import client_defines_tool, inject
+from proxy.session.history import token_count
+from proxy.session.rebuild import Outgoing
+from proxy.session.tool_output import chat_content
+from proxy.wire.base import JSON, Round, Usage, json_object
+from proxy.wire.chat.relay import (
+    StreamRound,
+    error_event,
+    finish_chunk,
+    relay_completion,
+    relay_event,
+    usage_chunk,
+    usage_sum,
+    visible_message,
+)
+from proxy.wire.chat.reply import checked_completion
+from proxy.wire.sse import DONE
+
+_MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
+
+
+def usage_of(usage: Any) -> Usage | None:
+    """Chat Completions usage as the trigger reads it; None when absent or unreadable."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        details = {}
+    return Usage(
+        total=token_count(usage.get("total_tokens")),
+        prompt=token_count(usage.get("prompt_tokens")),
+        cached=token_count(details.get("cached_tokens")),
+        written=token_count(details.get("cache_write_tokens")),  # billed from GPT-5.6 on
+    )
+
+
+def parse_body(raw: bytes) -> JSON:
+    return accept_body(json_object(raw))
+
+
+def accept_body(body: JSON) -> JSON:
+    """A parsed body, refused where OpenAI refuses it for the type of a field we read."""
+    if not isinstance(body.get("messages"), list):
+        raise InvalidRequest(
+            "'messages' must be a list of messages.", param="messages", code="invalid_type"
+        )
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest(
+            "'stream_options' must be an object.", param="stream_options", code="invalid_type"
+        )
+    return body
+
+
+class ChatRelay:
+    """A streamed chat completion spanning one or more upstream rounds."""
+
+    def __init__(self, wants_usage: bool) -> None:
+        self.wants_usage = wants_usage
+        self.chunk_id: str | None = None
+        self.last_chunk: JSON | None = None
+        self.usages: list[JSON] = []
+        self.rnd = StreamRound(first_round=True, keep_usage_field=wants_usage)
+
+    def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
+        out = relay_event(data, raw, self.rnd)
+        return [out] if out else []
+
+    def whole(self, raw: bytes) -> list[bytes]:
+        """A whole completion sent as the answer to a stream request: one chunk."""
+        return relay_completion(raw, self.rnd)
+
+    def end_round(self) -> Round:
+        rnd = self.rnd
+        self.chunk_id = rnd.chunk_id
+        if rnd.usage:
+            self.usages.append(rnd.usage)
+        self.last_chunk = rnd.accumulator.to_completion()
+        message = rnd.message()
+        self.rnd = StreamRound(
+            chunk_id=self.chunk_id, first_round=False, keep_usage_field=self.wants_usage
+        )
+        return Round(message=message, usage=usage_of(rnd.usage), only_extract=rnd.only_extract)
+
+    def finish(self, *, hidden_last: bool) -> list[bytes]:
+        out = []
+        if hidden_last and self.last_chunk is not None:
+            # Out of extract rounds: end the reply the client saw normally.
+            out.append(finish_chunk(self.chunk_id, self.last_chunk))
+        total = usage_sum(self.usages)
+        if self.wants_usage and total is not None and self.last_chunk is not None:
+            out.append(usage_chunk(self.chunk_id, self.last_chunk, total))
+        out.append(DONE)
+        return out
+
+    def error(self, body: Any, detail: str | None = None) -> bytes:
+        return error_event(body, detail)
+
+
+class ChatWire:
+    """`POST /v1/chat/completions`."""
+
+    name = "chat"
+    path = "/chat/completions"
+    provider = "openai"
+    history_field = "messages"
+
+    def parse(self, raw: bytes) -> JSON:
+        return parse_body(raw)
+
+    def accept(self, body: JSON) -> JSON:
+        return accept_body(body)
+
+    def check(self, body: JSON) -> None:
+        return None  # `parse` refuses what this API would
+
+    def messages(self, body: JSON) -> list[JSON]:
+        messages: list[JSON] = body["messages"]
+        return messages
+
+    def as_received(self, messages: list[JSON]) -> list[Any]:
+        return messages
+
+    def summary_tools(self, names: list[str]) -> list[JSON] | None:
+        schema = {"type": "object"}
+        tools = [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
+        return tools or None
+
+    def tools(self, body: JSON) -> Any:
+        return body.get("tools")
+
+    def with_extract_tool(self, tools: Any) -> list[Any]:
+        return inject(tools)
+
+    def defines_extract_tool(self, tools: Any) -> bool:
+        return client_defines_tool(tools)
+
+    def provider_compacts(self, body: JSON) -> bool:
+        return False  # Chat Completions has no compaction of the provider's own
+
+    def can_inject(self, body: JSON) -> bool:
+        n = body.get("n")
+        return n is None or n == 1
+
+    def cache_ttl(self, body: JSON) -> str | None:
+        return None  # OpenAI caches on its own; its write price does not depend on a TTL
+
+    def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
+        sent = dict(body)
+        if out is not None:
+            sent["messages"] = out.messages
+        if tools is not None:
+            sent["tools"] = tools
+        if stream:
+            options = dict(sent.get("stream_options") or {})
+            options["include_usage"] = True
+            sent["stream_options"] = options
+        return sent
+
+    def continue_body(self, body: JSON, rnd: Round, results: list[JSON]) -> JSON:
+        out = dict(body)
+        # Tool messages carry text parts only: other parts of an answer become markers.
+        answers = [{**r, "content": chat_content(r.get("content"))} for r in results]
+        out["messages"] = [*body["messages"], rnd.message, *answers]
+        return out
+
+    def hidden_round(self, body: JSON, rnd: Round, *, stream: bool) -> tuple[JSON, Any]:
+        """The round's message as `continue_body` sent it; what the client saw of it: a
+        stream relays its text (and reasoning) before the next round's, a whole reply is
+        the last round's alone."""
+        shown = {}
+        if stream:
+            for name in ("content", "reasoning_content"):
+                value = rnd.message.get(name)
+                if isinstance(value, str) and value:
+                    shown[name] = value
+        return rnd.message, shown or None
+
+    def unmerge(self, message: JSON, shown: Any) -> list[JSON] | None:
+        """The client's echoed message without the text it saw streamed of a hidden round."""
+        if not isinstance(shown, dict):
+            return None
+        out = dict(message)
+        for name, text in shown.items():
+            value = out.get(name)
+            if value is None and name != "content":
+                continue  # the client did not keep the reasoning it was streamed
+            if not isinstance(value, str) or not isinstance(text, str):
+                return None
+            if not value.startswith(text):
+                return None
+            out[name] = value[len(text) :] or None
+        return [out]
+
+    def reply_round(self, data: Any) -> Round:
+        data = checked_completion(data)  # UpstreamInvalidResponse for wrong-typed parts
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else {}
+        if not isinstance(choice, dict):
+            raise UpstreamInvalidResponse()
+        message = choice.get("message") or {}
+        if not isinstance(message, dict):
+            raise UpstreamInvalidResponse()
+        shown, extract = visible_message(message)
+        only = bool(extract) and not shown.get("tool_calls")
+        usage = usage_of(data.get("usage"))
+        return Round(message=message, usage=usage, only_extract=only, raw=data)
+
+    def client_reply(self, body: JSON, rounds: list[Round], *, injected: bool) -> JSON:
+        """The last completion, extract calls removed, usage of every round added."""
+        last = rounds[-1]
+        completion: JSON = last.raw
+        if injected:
+            shown, extract = visible_message(last.message)
+            if extract:
+                choice = completion["choices"][0]
+                if not shown.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+                choice["message"] = shown
+        total = usage_sum([r.raw.get("usage") or {} for r in rounds])
+        if total is not None:
+            completion["usage"] = total
+        return completion
+
+    def stream_relay(self, body: JSON) -> ChatRelay:
+        options = body.get("stream_options") or {}
+        return ChatRelay(wants_usage=bool(options.get("include_usage")))
+
+    def summary_body(self, body: JSON, chat_body: JSON) -> JSON:
+        return chat_body
+
+    def summary_reply(self, data: Any) -> JSON:
+        if not isinstance(data, dict):
+            raise UpstreamInvalidResponse()
+        return data
+
+    def error_body(
+        self, status: int, message: str, type_: str, code: str | None, param: str | None = None
+    ) -> JSON:
+        return error_payload(message, type_, code, param)
+
+    def learned_window(self, error_body: Any) -> int | None:
+        err = error_body.get("error") if isinstance(error_body, dict) else None
+        text = str(err.get("message") if isinstance(err, dict) else error_body)
+        m = _MAX_CONTEXT.search(text)
+        return int(m.group(1)) if m else None

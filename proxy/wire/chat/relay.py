@@ -1,0 +1,257 @@
+"""Turning the upstream's replies into what the client sees, hiding the proxy's own tool.
+
+The model may call `extract_compacted_tool_result`, which the proxy answers itself. These
+functions strip such calls from a non-streaming completion or from streamed chunks (tool-call
+deltas renumbered from index 0 among the client's own calls), and tell whether a round ended
+in extract calls only, so the proxy must answer them and ask upstream again. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.errors import UpstreamInvalidResponse
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, split_calls
+from proxy.session.history import token_count
+from proxy.wire.chat.reply import check_chunk, check_completion, completion_as_chunk
+from proxy.wire.sse import ChunkAccumulator, encode_data
+
+
+def usage_sum(usages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Usage of several upstream rounds as one: token counts added (the cache's and the
+    reasoning's details too), the rest from the last.
+
+    A count that is not one (a string, a float) counts as 0 in the sum.
+    """
+    usages = [u for u in usages if isinstance(u, dict)]
+    if not usages:
+        return None
+    if len(usages) == 1:
+        return usages[0]
+    total = copy.deepcopy(usages[-1])
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        total[name] = sum(token_count(u.get(name)) or 0 for u in usages)
+    for parent, name in _SUMMED_DETAILS:
+        details = [u[parent] for u in usages if isinstance(u.get(parent), dict)]
+        if any(name in d for d in details):  # a count no round sent is not added
+            last = total.get(parent)
+            summed = sum(token_count(d.get(name)) or 0 for d in details)
+            total[parent] = {**(last if isinstance(last, dict) else {}), name: summed}
+    return total
+
+
+_SUMMED_DETAILS = (
+    ("prompt_tokens_details", "cached_tokens"),
+    ("prompt_tokens_details", "cache_write_tokens"),  # reported from GPT-5.6 on
+    ("completion_tokens_details", "reasoning_tokens"),
+)
+
+
+def visible_message(message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the message without extract calls, the extract calls removed)."""
+    own, extract = split_calls(message.get("tool_calls"))
+    if not extract:
+        return message, []
+    shown = dict(message)
+    if own:
+        shown["tool_calls"] = own
+    else:
+        shown.pop("tool_calls", None)
+    return shown, extract
+
+
+@dataclass
+class _Slot:
+    call_id: str | None
+    extract: bool
+    client_index: int | None
+
+
+@dataclass
+class StreamRound:
+    """Filters the chunks of one streamed upstream round; accumulates the full message."""
+
+    chunk_id: str | None = None
+    first_round: bool = True
+    keep_usage_field: bool = False
+    accumulator: ChunkAccumulator = field(default_factory=ChunkAccumulator)
+    _slots: dict[int, _Slot] = field(default_factory=dict)
+    _last_index: int | None = None
+    _visible_calls: int = 0
+    _extract_calls: int = 0
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+    @property
+    def only_extract(self) -> bool:
+        """The round asked for extract results and nothing the client must see."""
+        return (
+            self.finish_reason == "tool_calls"
+            and self._extract_calls > 0
+            and (self._visible_calls == 0)
+        )
+
+    def _slot(self, delta: dict[str, Any]) -> _Slot:
+        index = delta.get("index")
+        call_id = delta.get("id")
+        if not isinstance(index, int):
+            # Some servers omit the index: match by id, else continue the last call.
+            match = next(
+                (i for i, s in self._slots.items() if call_id and s.call_id == call_id), None
+            )
+            index = match if match is not None else self._last_index
+            if index is None or (call_id and self._slots[index].call_id not in (None, call_id)):
+                index = max(self._slots, default=-1) + 1
+        slot = self._slots.get(index)
+        if slot is not None and call_id and slot.call_id not in (None, call_id):
+            # Parallel calls reusing index 0 with new ids: a new call, not a continuation.
+            self._slots[1000 + len(self._slots)] = slot
+            slot = None
+        if slot is None:
+            fn = delta.get("function") or {}
+            extract = fn.get("name") == EXTRACT_TOOL_NAME
+            client_index = None
+            if not extract:
+                client_index = self._visible_calls
+                self._visible_calls += 1
+            else:
+                self._extract_calls += 1
+            slot = self._slots[index] = _Slot(call_id, extract, client_index)
+        elif call_id and slot.call_id is None:
+            slot.call_id = call_id
+        self._last_index = index
+        return slot
+
+    def feed(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        """The chunk to send the client, or None when nothing of it is for the client.
+
+        Raises UpstreamInvalidResponse for a chunk whose choices, deltas or tool calls have
+        the wrong type; a `usage` that is not an object is ignored.
+        """
+        check_chunk(chunk)
+        self.accumulator.add(chunk)
+        if chunk.get("usage") and isinstance(chunk["usage"], dict):
+            self.usage = chunk["usage"]
+        if self.chunk_id is None:
+            self.chunk_id = chunk.get("id")
+        choices = chunk.get("choices")
+        if not choices:
+            return None  # the usage-only chunk: the caller sends one at the very end
+        out = dict(chunk)
+        if self.chunk_id:
+            out["id"] = self.chunk_id
+        if not self.keep_usage_field:
+            out.pop("usage", None)
+        new_choices = []
+        for choice in choices:
+            kept = self._filter_choice(choice)
+            if kept is not None:
+                new_choices.append(kept)
+        if not new_choices:
+            return None
+        out["choices"] = new_choices
+        return out
+
+    def _filter_choice(self, choice: dict[str, Any]) -> dict[str, Any] | None:
+        choice = dict(choice)
+        delta = dict(choice.get("delta") or {})
+        if "tool_calls" in delta:
+            calls = []
+            for tc in delta.get("tool_calls") or []:
+                slot = self._slot(tc)
+                if slot.extract:
+                    continue
+                calls.append({**tc, "index": slot.client_index})
+            if calls:
+                delta["tool_calls"] = calls
+            else:
+                delta.pop("tool_calls")
+        if not self.first_round:
+            delta.pop("role", None)
+        finish = choice.get("finish_reason")
+        if finish is not None:
+            self.finish_reason = finish
+            if self.only_extract:
+                return None
+        choice["delta"] = delta
+        has_payload = any(v not in (None, "", [], {}) for v in delta.values())
+        if not has_payload and finish is None and "role" not in delta:
+            if not (choice.get("logprobs")):
+                return None
+        return choice
+
+    def message(self) -> dict[str, Any]:
+        return self.accumulator.message()
+
+
+def relay_event(data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
+    """The bytes to send the client for one upstream SSE event (None: nothing)."""
+    if data is None:
+        return raw  # comments and keep-alives pass through
+    if data.strip() == "[DONE]":
+        return None  # sent once, at the very end
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return raw  # not ours to judge
+    if not isinstance(chunk, dict) or "error" in chunk:
+        return raw
+    out = rnd.feed(chunk)
+    return encode_data(orjson.dumps(out)) if out is not None else None
+
+
+def relay_completion(raw: bytes, rnd: StreamRound) -> list[bytes]:
+    """The events for a whole `chat.completion` the upstream sent as the answer to a stream
+    request (`content-type: application/json`): one chunk, its calls filtered like any
+    other; the caller ends the stream as usual. A body that is not a completion raises
+    UpstreamInvalidResponse, so the stream ends with an error event instead."""
+    completion = check_completion(raw)
+    if completion is None or "choices" not in completion:
+        raise UpstreamInvalidResponse(
+            "The upstream API answered a stream request with a body that is neither an event "
+            "stream nor a chat completion."
+        )
+    chunk = rnd.feed(completion_as_chunk(completion))
+    return [encode_data(orjson.dumps(chunk))] if chunk is not None else []
+
+
+def _chunk(chunk_id: str | None, last: dict[str, Any], **fields: Any) -> bytes:
+    base = {
+        "id": chunk_id,
+        "object": "chat.completion.chunk",
+        "created": last.get("created"),
+        "model": last.get("model"),
+        "system_fingerprint": last.get("system_fingerprint"),
+    }
+    return encode_data(orjson.dumps({**base, **fields}))
+
+
+def finish_chunk(chunk_id: str | None, last: dict[str, Any]) -> bytes:
+    """A final chunk ending the reply normally (when the proxy's rounds ran out)."""
+    choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    return _chunk(chunk_id, last, choices=[choice])
+
+
+def usage_chunk(chunk_id: str | None, last: dict[str, Any], usage: dict[str, Any]) -> bytes:
+    """OpenAI's usage-only last chunk (`choices: []`), for clients that asked for it."""
+    return _chunk(chunk_id, last, choices=[], usage=usage)
+
+
+def error_event(body: Any, detail: str | None = None) -> bytes:
+    """An SSE error event: the upstream's own error object when it sent one."""
+    if isinstance(body, bytes | memoryview):
+        try:
+            data = orjson.loads(bytes(body))
+            if isinstance(data, dict) and "error" in data:
+                return encode_data(orjson.dumps(data))
+        except orjson.JSONDecodeError:
+            pass
+    message = "The upstream connection failed during the stream"
+    if detail:
+        message += f" ({detail})"
+    error = {"message": message, "type": "server_error", "param": None}
+    return encode_data(orjson.dumps({"error": {**error, "code": "upstream_stream_error"}}))

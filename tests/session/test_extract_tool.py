@@ -1,0 +1,80 @@
+"""The injected tool: definition, injection and answering, including hostile input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.session.extract_tool import (
+    EXTRACT_TOOL_NAME,
+    TOOL_DEFINITION,
+    answer,
+    client_defines_tool,
+    inject,
+    split_calls,
+)
+
+
+def call(arguments: Any) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "type": "function",
+        "function": {"name": EXTRACT_TOOL_NAME, "arguments": arguments},
+    }
+
+
+ORIGINALS = {"call_1": "original text", "call_1#2": [{"type": "text", "text": "second"}]}
+
+
+def test_definition_has_one_required_string_parameter() -> None:
+    params = TOOL_DEFINITION["function"]["parameters"]
+    assert params["required"] == ["toolcall_id"]
+    assert params["properties"]["toolcall_id"]["type"] == "string"
+
+
+def test_inject_appends_last_and_keeps_client_tools() -> None:
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    assert inject(tools) == [*tools, TOOL_DEFINITION]
+    assert inject(None) == [TOOL_DEFINITION]
+    assert tools == [{"type": "function", "function": {"name": "a"}}]
+    assert client_defines_tool([TOOL_DEFINITION]) and not client_defines_tool(tools)
+
+
+def test_split_calls() -> None:
+    own = {"id": "o", "function": {"name": "read"}}
+    ext = call('{"toolcall_id":"call_1"}')
+    assert split_calls([own, ext]) == ([own], [ext])
+    assert split_calls(None) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"toolcall_id": "call_1"}', "original text"),
+        ('{"toolcall_id": "call_1#2"}', "second"),
+        ({"toolcall_id": "call_1"}, "original text"),
+    ],
+)
+def test_answers_by_key(arguments: Any, expected: str) -> None:
+    assert answer(call(arguments), ORIGINALS) == expected
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"toolcall_id": "nope"}',
+        '{"toolcall_id": "../../etc/passwd"}',
+        '{"toolcall_id": "' + "A" * 10000 + '"}',
+        '{"toolcall_id": "\\u0000\\n\\u001b[31m"}',
+        '{"toolcall_id": 5}',
+        "not json",
+        "[]",
+        None,
+    ],
+)
+def test_unknown_or_hostile_ids_get_a_bounded_error(arguments: Any) -> None:
+    text = answer(call(arguments), ORIGINALS)
+    assert text.startswith("[Error]")
+    assert len(text) < 400
+    assert all(ch.isprintable() for ch in text)
