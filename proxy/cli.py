@@ -65,6 +65,12 @@ def _build_parser() -> argparse.ArgumentParser:
     add("--admin-key", dest="admin_key", metavar="KEY", help="bearer key for /admin routes")
     add("--summary-model", dest="summary_model", metavar="NAME", help="model for summaries")
     add(
+        "--summary-ahead",
+        dest="summary_ahead",
+        choices=["on", "off"],
+        help="write summaries in the background before the turn that needs them (default on)",
+    )
+    add(
         "--session-header",
         dest="session_headers",
         metavar="NAME",

@@ -85,6 +85,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
+    Option("summary_ahead", "auto_compact.summary_ahead", "XUN_SUMMARY_AHEAD", "--summary-ahead"),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
     Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),
@@ -176,6 +177,9 @@ class Settings(BaseSettings):
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
     summary_model: str | None = None
+    # Write a session's next summary in the background before the turn that needs it
+    # (proxy.turn.ahead); off: the crossing turn waits for its summary.
+    summary_ahead: bool = True
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
     # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the

@@ -72,7 +72,9 @@ def proxy_settings(fake: FakeUpstream | None, **overrides: Any) -> Settings:
     """Settings for a test proxy: the fake upstream and a memory store unless overridden."""
     # The seed's compactor unless a test asks otherwise: most app tests check its exact rules
     # (keep 12, escalate after two rounds); the cost-aware default has its own tests.
-    values: dict[str, Any] = {"store_url": "memory://", "compactor": "seed"}
+    # Summaries at the crossing turn, not written ahead, unless a test asks (the tests of
+    # summaries prepared ahead: tests/turn/test_summary_ahead.py): a test's turn decides.
+    values: dict[str, Any] = {"store_url": "memory://", "compactor": "seed", "summary_ahead": False}
     if fake is not None:
         values["upstream_base_url"] = fake.url
     values.update(overrides)

@@ -39,6 +39,7 @@ from proxy.server.origin import OriginGuardMiddleware
 from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
+from proxy.turn.ahead import AheadTasks
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.saving import SessionWriter
 from proxy.upstream.client import Pool, Upstream
@@ -180,9 +181,11 @@ def create_app(
         app.state.anthropic_upstream = anthropic
         app.state.store = active
         app.state.writer = writer = SessionWriter(on_store_error=metrics.store_errors.inc)
+        app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead)
         try:
             yield
         finally:
+            await ahead.close()  # summaries in flight are lost; only finished ones are stored
             await writer.idle()  # the last turns' saves land before the store closes
             await upstream.aclose()
             await anthropic.aclose()

@@ -58,6 +58,17 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _ahead_counter(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "xun_summary_ahead",
+        "Summaries written ahead of the turn that needs them, by outcome: started, ready, "
+        "used, unused (stale or superseded, never sent), waiting (a turn that would have "
+        "summarised went up without), busy (another request or replica writes it), failed.",
+        ["outcome"],
+        registry=registry,
+    )
+
+
 class Metrics:
     """Every metric of one proxy app, in its own registry."""
 
@@ -121,6 +132,7 @@ class Metrics:
         self.store_errors = Counter(
             "xun_store_errors", "Session store operations that failed.", registry=reg
         )
+        self.summary_ahead = _ahead_counter(reg)
         self.degraded = Counter(
             "xun_degraded_requests",
             "Session requests sent upstream uncompacted, by reason.",
@@ -194,6 +206,10 @@ class Metrics:
         degraded = fields.get("degraded")
         if degraded:
             self.degraded.labels(reason=_label(degraded)).inc()
+
+    def count_ahead(self, outcome: str) -> None:
+        """One event of a summary written ahead (`proxy.turn.ahead.AheadTasks`)."""
+        self.summary_ahead.labels(outcome=_label(outcome)).inc()
 
     def observe_compaction(
         self,

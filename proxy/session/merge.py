@@ -27,6 +27,7 @@ from dataclasses import replace
 import orjson
 
 from proxy.session.fingerprint import PrefixChain
+from proxy.session.prepared import carried
 from proxy.session.state import HiddenExtract, SessionState
 from proxy.session.turn_log import MAX_TURNS_KEPT, TurnLog
 
@@ -65,13 +66,14 @@ def merge_states(
         resets=max(mine.resets, theirs.resets),
         thinking={**theirs.thinking, **mine.thinking},
     )
+    merged.ahead = carried(merged, mine, theirs)
     return merged
 
 
 def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> SessionState:
     """My prefix and usage, with their (further) compaction."""
     cut = theirs.cut if theirs.summary else 0
-    return replace(
+    adopted = replace(
         mine,
         summary=theirs.summary,
         trail=theirs.trail,  # the trail belongs with the summary it was kept with
@@ -93,6 +95,8 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
         resets=max(mine.resets, theirs.resets),
         thinking={**theirs.thinking, **mine.thinking},
     )
+    adopted.ahead = carried(adopted, mine, theirs)
+    return adopted
 
 
 def _keep_theirs(theirs: SessionState, mine: SessionState) -> SessionState | None:
@@ -104,6 +108,7 @@ def _keep_theirs(theirs: SessionState, mine: SessionState) -> SessionState | Non
         context_window=_window(theirs, mine),
         thinking={**mine.thinking, **theirs.thinking},
     )
+    merged.ahead = carried(merged, theirs, mine)
     return None if merged == theirs else merged
 
 

@@ -236,6 +236,8 @@ def _reconcile(
         context_window=state.context_window,
         calibration=state.calibration,
         pending_summary=state.pending_summary,  # an operator's request outlives an edit
+        ahead=state.ahead,  # checked against these messages before it is used
+        ahead_seconds=state.ahead_seconds,
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
@@ -366,6 +368,7 @@ def record_turn(
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
+    ahead: str | None = None,
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage.
 
@@ -390,6 +393,8 @@ def record_turn(
             "cached_tokens": cached_tokens,
             **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
+            # What the turn did with a summary prepared ahead (proxy.turn.ahead), if anything.
+            **({} if ahead is None else {"summary_ahead": ahead}),
         }
     )
     return state

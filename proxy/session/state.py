@@ -122,6 +122,10 @@ class SessionState:
     # The last message carrying a provider's compaction in the history last seen (-1: none;
     # None: not known), so a request resent with more messages looks only at those.
     provider_mark: int | None = None
+    # A summary written ahead of the turn that needs it (`proxy.session.prepared.Prepared`,
+    # as a dict); None when there is none.
+    ahead: dict[str, Any] | None = None
+    ahead_seconds: float | None = None  # how long the last one used took to write
 
     @property
     def compacted(self) -> bool:

@@ -35,6 +35,7 @@ from proxy.session.rebuild import record_turn
 from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
+from proxy.turn.ahead import TurnAhead
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.thinking_binder import Binder
@@ -78,6 +79,9 @@ class Pipeline:
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
+        ahead = getattr(app_state, "ahead", None)
+        if ahead is not None and self.settings.summary_ahead:
+            self.turn.ahead = TurnAhead(ahead)  # summaries written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
@@ -144,6 +148,8 @@ class Pipeline:
         if force_tokens is None:
             await self.turn.load()
             rb = self.turn.rb
+            if self.turn.ahead is not None:
+                self.turn.ahead.check(rb)  # a summary prepared ahead that is stale goes
             keep = rb.state.pending_summary if rb is not None else None
             if keep is not None and rb is not None and self.compaction_enabled():
                 # An operator's summary, asked for without a key of the proxy's own: made
@@ -396,8 +402,14 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
+                    ahead=self.turn.ahead.record if self.turn.ahead is not None else None,
                 )
             await self.turn.save(wait=False)
+            if usage is not None and self.turn.ahead is not None:
+                try:
+                    self.turn.ahead.after_turn(self)
+                except Exception:  # never the client's problem
+                    log.exception("starting a summary ahead failed")
         report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
             session=self.turn.key.id[:12],
@@ -412,6 +424,7 @@ class Pipeline:
             degraded=self.turn.degraded,
             store_errors=self.turn.store_errors,
             lease=self.turn.lease,  # how the compaction lease went (session_turn.Turn.lease)
+            summary_ahead=self.turn.ahead.record if self.turn.ahead is not None else None,
             trail_entries=trail_counts(rb.state.trail)
             if rb is not None and self.turn.compaction == "summary"
             else None,

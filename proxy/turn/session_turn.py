@@ -27,6 +27,7 @@ from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
+from proxy.turn.ahead import TurnAhead
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.turn.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn, take_decoded
 from proxy.wire.base import Wire
@@ -68,6 +69,8 @@ class Turn:
     # What the prefix hash reads of `messages`, as written while converting them, set with
     # them (`proxy.wire.neutral_reuse`); or None.
     received_written: Written | None = None
+    # Summaries prepared ahead (`proxy.turn.ahead.TurnAhead`); None: made at the crossing.
+    ahead: TurnAhead | None = None
 
     @property
     def history(self) -> Any:
@@ -263,9 +266,13 @@ class Turn:
             # provider serves the summary request from the prompt cache.
             prefix=rb.upstream_messages() if shared else None,
         )
+        summarize: Any = self.summarizer
+        if self.ahead is not None:  # only a request over the window waits for a summary
+            ceiling = (economics or Economics()).ceiling()
+            summarize = self.ahead.wrap(rb, self.summarizer, must_wait=projected >= ceiling)
         agent = CompactionContext(
             conversation=conv,
-            summarize=self.summarizer,
+            summarize=summarize,
             token_threshold=threshold,
             economics=economics,
         )
@@ -276,6 +283,10 @@ class Turn:
             state = SessionState.from_bytes(rb.state.to_bytes())
             self.rb = self._rebuild(state)
             self.compaction = "failed"
+            return
+        if self.ahead is not None and self.ahead.settle(rb, report, projected):
+            # The summary is still being written: go up as without compacting.
+            self.rb = self._rebuild(SessionState.from_bytes(rb.state.to_bytes()))
             return
         apply_compaction(rb)
         self.reports.append(report.to_dict())

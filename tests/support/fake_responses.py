@@ -26,6 +26,7 @@ check what reached the model.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -196,7 +197,7 @@ class Turn:
     `(name, arguments, call_id)` triples. A `status` other than 200 answers `error` in OpenAI's
     shape instead; `failed` streams `response.failed` with that error after `created`.
     `json_to_stream` answers a stream request with the whole response, as some
-    OpenAI-compatible servers do.
+    OpenAI-compatible servers do. `delay` waits that many seconds before answering.
     """
 
     text: str | None = None
@@ -209,6 +210,7 @@ class Turn:
     reasoning_tokens: int = 64
     chunk_chars: int = 8
     json_to_stream: bool = False
+    delay: float = 0.0  # seconds before the answer (a slow model: a summary that takes long)
 
     @classmethod
     def call(
@@ -598,6 +600,8 @@ class FakeResponses(FakeUpstream):
         )
         if turn.status != 200 and not turn.failed:
             return self._json(record, turn.status, {"error": turn.error})
+        if turn.delay:
+            await asyncio.sleep(turn.delay)
         cached = self._cached_tokens(body, items)
         written = cache_writes(body.get("model"), tokens, cached)
         usage = {"input_tokens": tokens, "cached_tokens": cached, "cache_write_tokens": written}

@@ -1,0 +1,385 @@
+"""Summaries prepared ahead: no turn waits for a summary (issue 28).
+
+A summary is a full model call over most of the session, seconds to a minute on a real
+model. Made inside the turn that crosses the strategy's point, that turn waits for it. Here:
+
+- Once a turn's answer is out (`TurnAhead.after_turn`, from the pipeline's `finish`), when the
+  session's growth per turn says the strategy will summarise within the next few turns (it
+  is asked on the projected sizes, `proxy.compaction.ahead`), the summary is written in the
+  background: the same request as the crossing turn's would be (the conversation as just
+  sent, the same model and tools, so it reads the prompt cache this turn wrote), over the
+  client's messages so far. The finished summary goes into the session state
+  (`proxy.session.prepared.Prepared`) with a digest of the messages it covers.
+- The crossing turn uses it if those messages still begin what the client sent
+  (`AheadSummarizer`; the cut keeps whatever the summary does not cover). An edit, retry or
+  branch before their end makes it stale: it is dropped and counted. Not ready yet: the turn
+  goes upstream as it would have without compacting, and the summary joins a later turn.
+  Only a request that would not fit the model's window without one waits, as before.
+- Bounded: one summary in flight per session in a process (`AheadTasks`) and across replicas
+  sharing a store (a lease on the session's summary slot); one that is never used is counted
+  (`xun_summary_ahead_total{outcome="unused"}` and the turn record). A failure is logged and
+  costs the client nothing. At shutdown the summaries in flight are dropped: only finished
+  ones are ever stored, so nothing half-written is used after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
+from time import monotonic
+from typing import Any, Protocol
+
+from proxy.compact import CompactionContext, CompactionReport, CompactorAbstract
+from proxy.compaction.ahead import (
+    AheadSummarizer,
+    WouldSummarise,
+    growth_per_turn,
+    lead_turns,
+    projections,
+    turn_interval,
+)
+from proxy.compaction.economics import Economics
+from proxy.compaction.summarizer import Summarizer
+from proxy.conversation_message import SystemPrompt
+from proxy.session.prepared import Prepared, base_of
+from proxy.session.rebuild import Rebuild, rebuild
+from proxy.session.state import SessionState
+from proxy.session.turn_log import decode
+from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
+from proxy.turn.lease import LEASE_TTL_S
+from proxy.turn.saving import parse_state
+
+log = logging.getLogger("proxy.ahead")
+
+# The summary slot's lease: a key of its own, so turns never wait on it.
+SLOT_SUFFIX = "\0summary-ahead"
+PUBLISH_ATTEMPTS = 20
+
+Count = Callable[[str], None]
+
+
+class AheadTasks:
+    """The process's summaries in flight, one per session; dropped at shutdown.
+
+    `count(outcome)` feeds the metric: started, ready, used, unused, waiting (a turn that
+    would have summarised went up without), busy (another replica writes it), failed.
+    """
+
+    def __init__(self, count: Count | None = None) -> None:
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.count: Count = count or (lambda outcome: None)
+
+    def busy(self, session_id: str) -> bool:
+        task = self.tasks.get(session_id)
+        return task is not None and not task.done()
+
+    def start(self, session_id: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks[session_id] = task
+        task.add_done_callback(lambda t: self._done(session_id, t))
+
+    def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
+        if self.tasks.get(session_id) is task:
+            del self.tasks[session_id]
+
+    async def idle(self) -> None:
+        """Wait for the summaries in flight (tests)."""
+        while self.tasks:
+            await asyncio.wait(list(self.tasks.values()))
+
+    async def close(self) -> None:
+        """Drop the summaries in flight: a restart loses them, nothing half-written stays."""
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self.tasks.clear()
+
+
+class Pipeline(Protocol):
+    """What preparing a summary needs of the request that finished (`proxy.turn.pipeline`)."""
+
+    turn: Any
+    compactor: CompactorAbstract
+    settings: Any
+    client_body: dict[str, Any]
+
+    async def post_summary(self, chat_body: dict[str, Any]) -> dict[str, Any]: ...
+    def threshold(self) -> int: ...
+    def compaction_enabled(self) -> bool: ...
+    def economics(self, *, force: bool = False) -> Economics | None: ...
+
+
+@dataclass
+class Job:
+    """One summary to write in the background, and where its result goes."""
+
+    key: SessionKey
+    store: Store
+    summarizer: Summarizer
+    request: list[dict[str, Any]]  # the conversation to summarise when not sent as cached
+    prepared: Prepared  # the record to store, its summary still empty
+    count: Count
+
+
+@dataclass
+class Probe:
+    """What asking the strategy about the next turns needs, taken while the turn is whole."""
+
+    compactor: CompactorAbstract
+    history: Any
+    state: SessionState
+    hashed: tuple[Any, Any]
+    unmerge: Any
+    level1: bool
+    sizes: list[int]
+    threshold: int
+    economics: Economics | None
+    shares_prefix: bool
+
+
+class TurnAhead:
+    """One request's part: the check at load, the crossing's summariser, the turn's end."""
+
+    def __init__(self, tasks: AheadTasks) -> None:
+        self.tasks = tasks
+        self.events: list[str] = []
+        self.summarizer: AheadSummarizer | None = None
+        self.length_before = 0
+
+    @property
+    def record(self) -> str | None:
+        """What this turn did with summaries written ahead (the turn record, the log)."""
+        return ",".join(self.events) or None
+
+    def note(self, outcome: str) -> None:
+        self.events.append(outcome)
+        self.tasks.count(outcome)
+
+    def check(self, rb: Rebuild | None) -> None:
+        """Drop a prepared summary this request shows stale (counted as unused)."""
+        if rb is None or rb.state.ahead is None:
+            return
+        prepared = Prepared.of(rb.state.ahead)
+        if prepared is None or not prepared.fits(rb.state, rb.chain):
+            rb.state.ahead = None
+            self.note("unused")
+
+    def wrap(self, rb: Rebuild, inner: Summarizer, *, must_wait: bool) -> AheadSummarizer:
+        """The crossing turn's summariser: the prepared summary when it fits this request."""
+        self.check(rb)  # the state may have been re-read under the lease
+        prepared = Prepared.of(rb.state.ahead)
+        text, limit = None, None
+        if prepared is not None:
+            conv, origin = rb.conversation, rb.origin
+            limit = len(conv.messages)
+            for i, message in enumerate(conv.messages):
+                source = origin.get(id(message))
+                if source is not None and source >= prepared.covers:
+                    limit = i
+                    break
+            text = prepared.summary
+            self.length_before = conv.estimated_message_length()
+        self.summarizer = AheadSummarizer(inner, text, limit, must_wait=must_wait)
+        return self.summarizer
+
+    def settle(self, rb: Rebuild, report: CompactionReport, projected: int) -> bool:
+        """After the strategy ran: True when it wanted a summary that is not ready (the
+        request then goes up as it would have without compacting)."""
+        wrapper = self.summarizer
+        if wrapper is None:
+            return False
+        if wrapper.used:
+            after = rb.conversation.estimated_message_length()
+            if report.level == "summary" and self.length_before:
+                # The cut kept what the summary does not cover: more than the strategy planned.
+                report.estimated_tokens_after = int(projected * after / self.length_before)
+            prepared = Prepared.of(rb.state.ahead)
+            rb.state.ahead = None
+            if prepared is not None:
+                rb.state.ahead_seconds = prepared.seconds
+            self.note("used")
+            return False
+        if wrapper.deferred:
+            self.note("waiting")
+            return True
+        return False
+
+    def after_turn(self, p: Pipeline) -> None:
+        """Once the answer is out: start the session's next summary if it is near."""
+        turn = p.turn
+        rb: Rebuild | None = turn.rb
+        if rb is None or turn.degraded or turn.compaction in ("summary", "failed"):
+            return
+        if not p.compaction_enabled() or self.tasks.busy(turn.key.id):
+            return
+        state = rb.state
+        prepared = Prepared.of(state.ahead)
+        if prepared is not None and prepared.fits(state, rb.chain):
+            return  # one is ready for the crossing
+        waiting = self.summarizer is not None and self.summarizer.deferred
+        probe = None if waiting else self._probe(p, rb)
+        if not waiting and probe is None:
+            return
+        job = self._job(p, rb)
+        self.tasks.start(turn.key.id, _run(job, probe))
+
+    def _probe(self, p: Pipeline, rb: Rebuild) -> Probe | None:
+        """The sizes of the next turns, when one of them goes over the threshold."""
+        state = rb.state
+        if state.total_tokens is None:
+            return None
+        lines = state.turn_log.lines()[-8:]
+        records = [r for r in map(decode, lines) if r is not None]
+        growth = growth_per_turn(records)
+        if growth is None:
+            return None
+        lead = lead_turns(state.ahead_seconds, turn_interval(records))
+        threshold = p.threshold()
+        sizes = [s for s in projections(state.total_tokens, growth, lead) if s > threshold]
+        if not sizes:
+            return None
+        turn = p.turn
+        return Probe(
+            compactor=p.compactor,
+            history=turn.history,
+            state=replace(state, view=None, hidden=list(state.hidden)),
+            hashed=turn.hashed(),
+            unmerge=turn.wire.unmerge,
+            level1=rb.level1,
+            sizes=sizes,
+            threshold=threshold,
+            economics=p.economics(),
+            shares_prefix=self._shares(p),
+        )
+
+    def _shares(self, p: Pipeline) -> bool:
+        shares = getattr(p.compactor, "summary_shares_prefix", False)
+        return bool(shares) and not p.settings.summary_model
+
+    def _job(self, p: Pipeline, rb: Rebuild) -> Job:
+        """The summary request as the crossing turn would make it, over this turn's messages."""
+        turn = p.turn
+        shared = self._shares(p)
+        summarizer = Summarizer(
+            post=p.post_summary,
+            model=p.settings.summary_model or str(p.client_body.get("model") or ""),
+            tools=turn.upstream_tools() if shared else turn.summary_tools(),
+            prefix=rb.upstream_messages() if shared else None,  # as sent: read from the cache
+        )
+        conv = rb.conversation
+        request: list[dict[str, Any]] = []
+        system = conv.system_prompt
+        if system is not None and system.content:
+            request.append({"role": "system", "content": system.text(with_sections=False)})
+        request += [m.completion_param() for m in conv.messages if not isinstance(m, SystemPrompt)]
+        covers = len(rb.messages)
+        prepared = Prepared("", covers, rb.chain.prefix(covers), base_of(rb.state), 0.0)
+        return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks.count)
+
+
+async def near(probe: Probe) -> bool:
+    """Whether the strategy would summarise at one of the projected sizes."""
+    econ = probe.economics
+    for size in probe.sizes:
+        state = replace(probe.state, hidden=list(probe.state.hidden))
+        received, written = probe.hashed
+        rb = rebuild(probe.history, state, written, received, probe.unmerge)
+        rb.level1 = probe.level1
+        conv = rb.conversation
+        conv.total_tokens = size
+        asked = WouldSummarise(shares_prefix=probe.shares_prefix)
+        agent = CompactionContext(conv, asked, probe.threshold, econ)
+        report = await probe.compactor.auto_compact(agent)
+        if asked.asked:
+            return True
+        if report.level != "none":
+            return False  # it would reclaim tool results first: look again after that
+    return False
+
+
+async def _run(job: Job, probe: Probe | None) -> None:
+    try:
+        if probe is not None and not await near(probe):
+            return
+        job.count("started")
+        await prepare(job)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("preparing a summary ahead failed")
+        job.count("failed")
+
+
+async def prepare(job: Job) -> None:
+    """Write the summary under the session's summary slot and store it when finished."""
+    slot = SessionKey(job.key.tenant, job.key.session + SLOT_SUFFIX)
+    try:
+        token = await job.store.acquire(slot, LEASE_TTL_S)
+    except StoreError as exc:
+        log.warning("summary slot unavailable: %s", exc)
+        job.count("failed")
+        return
+    if token is None:
+        job.count("busy")  # another request or replica writes it
+        return
+    renewer = asyncio.create_task(_keep(job.store, slot, token))
+    try:
+        if await _prepared_already(job):
+            job.count("busy")
+            return
+        started = monotonic()
+        summary = await job.summarizer(job.request)
+        if not summary:
+            log.warning("summary written ahead came back empty; the crossing will try again")
+            job.count("failed")
+            return
+        done = replace(job.prepared, summary=summary, at=time.time(), seconds=monotonic() - started)
+        job.count("ready" if await publish(job.store, job.key, done) else "unused")
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(StoreError, asyncio.CancelledError):
+            await job.store.release(slot, token)
+
+
+async def _keep(store: Store, slot: SessionKey, token: str) -> None:
+    while True:
+        await asyncio.sleep(LEASE_TTL_S / 4)
+        try:
+            if not await store.renew(slot, token, LEASE_TTL_S):
+                return
+        except StoreError:
+            return
+
+
+async def _prepared_already(job: Job) -> bool:
+    """Whether another replica stored a summary over the same compaction meanwhile."""
+    stored = await job.store.get(job.key)
+    state = None if stored is None else parse_state(stored.data)
+    prepared = Prepared.of(state.ahead) if state is not None else None
+    return prepared is not None and prepared.base == job.prepared.base
+
+
+async def publish(store: Store, key: SessionKey, prepared: Prepared) -> bool:
+    """Put a finished summary into the session state (compare-and-set); False when the state
+    moved on to another summary meanwhile (then it is never used)."""
+    for _ in range(PUBLISH_ATTEMPTS):
+        stored = await store.get(key)
+        state = None if stored is None else parse_state(stored.data)
+        if stored is None or state is None or base_of(state) != prepared.base:
+            return False
+        current = Prepared.of(state.ahead)
+        if current is not None and current.at > prepared.at:
+            return False
+        state.ahead = prepared.to_dict()
+        try:
+            await store.put(key, state.to_bytes(), stored.meta, expected_version=stored.version)
+            return True
+        except VersionConflict:
+            await asyncio.sleep(0.005)
+    return False
