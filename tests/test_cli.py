@@ -74,6 +74,8 @@ def test_serve_flags(served: list[tuple[Any, dict[str, Any]]], prefix: list[str]
         "adm",
         "--summary-model",
         "gpt-4o-mini",
+        "--summary-ahead",
+        "off",
         "--session-header",
         "X-A",
         "--session-header",
@@ -90,6 +92,7 @@ def test_serve_flags(served: list[tuple[Any, dict[str, Any]]], prefix: list[str]
     assert (s.host, s.port, s.store_url) == ("0.0.0.0", 9001, "memory://")
     assert (s.token_threshold, s.auto_compact_enabled) == (5000, False)
     assert s.check_admin_key("adm") and s.summary_model == "gpt-4o-mini"
+    assert s.summary_ahead is False
     assert s.session_headers == ["X-A", "X-B"]
     assert (s.max_body_bytes, s.log_level, s.log_content) == (1024, "debug", True)
     _, options = served[-1]
