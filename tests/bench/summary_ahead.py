@@ -1,0 +1,192 @@
+"""The crossing turn's latency against an ordinary turn's, with summaries prepared ahead and
+without (issue 28).
+
+The issue's scenario: an agent runs scripted tool turns (two 600-character results each,
+0.4 s of tool work between turns) through the proxy with the default strategy (cache-aware)
+and a threshold of 6000, against an upstream that answers the agent at once but takes
+`--delay` seconds (2.5) to write a summary. The same run is made with `--summary-ahead off`
+(the summary is made inside the turn that crosses) and `on`; each client request is timed
+at the client. Reported per mode: the ordinary turn's median, the crossing turns' latencies
+(the turns that compacted with a summary) and their ratio to the ordinary median, the
+slowest turn, the turns that waited over a second, summary requests made and used (the
+speculation's cost), and every prompt token sent upstream, summary requests included.
+
+    python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from proxy.server.app import create_app
+from tests.conftest import proxy_settings
+from tests.support.agent import SYSTEM, TOOLS, is_summary_request
+from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
+from tests.support.servers import UvicornThread
+
+RESULTS = Path(__file__).resolve().parent / "results" / "summary_ahead.json"
+PAUSE = 0.4
+SUMMARY_ID = re.compile(r"SUMMARY-\d+")
+
+
+class Model:
+    """Two tool calls a turn at once; a summary after `delay` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.turn = 0
+        self.summaries = 0
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            self.summaries += 1
+            return Reply.text(f"## overview\nSUMMARY-{self.summaries}", delay=self.delay)
+        self.turn += 1
+        calls = [("read_file", json.dumps({"path": f"src/f{self.turn}_{k}.py"})) for k in (1, 2)]
+        return Reply(tool_calls=calls)
+
+
+def billed(bodies: list[dict[str, Any]], factor: float) -> float:
+    """Prompt tokens billed with a prompt cache: what a request repeats of the request before
+    it (same tools, the same leading messages) at `factor`, the rest in full."""
+    total, previous = 0.0, None
+    for body in bodies:
+        tokens = count_prompt_tokens(body)
+        cached = 0
+        if previous is not None and previous.get("tools") == body.get("tools"):
+            shared = 0
+            for a, b in zip(previous["messages"], body["messages"], strict=False):
+                if a != b:
+                    break
+                shared += 1
+            if shared:
+                prefix = {"messages": body["messages"][:shared], "tools": body.get("tools")}
+                cached = count_prompt_tokens(prefix)
+        total += tokens - cached + factor * cached
+        if not is_summary_request(body):
+            previous = body
+    return total
+
+
+def output(n: int) -> str:
+    line = f"result {n}: " + "x" * 60 + "\n"
+    return (line * 9)[:600]
+
+
+def run(mode: str, turns: int, delay: float) -> dict[str, Any]:
+    """One session of `turns` turns through a fresh proxy with summary_ahead = `mode`."""
+    with FakeUpstream() as fake:
+        fake.default = Model(delay)
+        settings = proxy_settings(
+            fake, token_threshold=6000, compactor="cache-aware", summary_ahead=mode == "on"
+        )
+        with UvicornThread(create_app(settings)) as server:
+            client = openai.OpenAI(
+                base_url=server.url + "/v1",
+                api_key="sk-bench",
+                default_headers={"X-Session-Id": f"bench-{mode}"},
+                max_retries=0,
+                timeout=120,
+            )
+            history: list[dict[str, Any]] = [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": "Read the source files one by one."},
+            ]
+            latencies, compactions, n = [], [], 0
+            for _ in range(turns):
+                began = time.perf_counter()
+                raw = client.chat.completions.with_raw_response.create(
+                    model="gpt-4o", messages=history, tools=TOOLS
+                )
+                message = raw.parse().choices[0].message.model_dump(exclude_none=True)
+                latencies.append(time.perf_counter() - began)
+                compactions.append(raw.headers["x-xun-compaction"])
+                history.append(message)
+                for call in message.get("tool_calls") or []:
+                    n += 1
+                    history.append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": output(n)}
+                    )
+                time.sleep(PAUSE)
+            client.close()
+            time.sleep(delay + 0.5)  # a summary still being written counts as made
+            metrics = httpx.get(server.url + "/metrics").text
+        bodies = [r.json for r in fake.chat_requests]
+    main = [b for b in bodies if not is_summary_request(b)]
+    used = {m for b in main for m in SUMMARY_ID.findall(json.dumps(b))}
+    ordinary = [t for t, c in zip(latencies[1:], compactions[1:], strict=True) if c == "none"]
+    crossing = [t for t, c in zip(latencies, compactions, strict=True) if c == "summary"]
+    median = statistics.median(ordinary)
+    return {
+        "mode": mode,
+        "turns": turns,
+        "ordinary_median_ms": round(median * 1000, 1),
+        "crossing_ms": [round(t * 1000, 1) for t in crossing],
+        "crossing_ratio": [round(t / median, 1) for t in crossing],
+        "slowest_ms": round(max(latencies[1:]) * 1000, 1),
+        "waited_over_1s": sum(1 for t in latencies if t > 1.0),
+        "summary_requests": len(bodies) - len(main),
+        "summaries_used": len(used),
+        "prompt_tokens": sum(count_prompt_tokens(b) for b in bodies),
+        "summary_prompt_tokens": sum(
+            count_prompt_tokens(b) for b in bodies if is_summary_request(b)
+        ),
+        "billed_at_0.1x_cached": round(billed(bodies, 0.1)),
+        "last_request_tokens": count_prompt_tokens(main[-1]),
+        # Turns the strategy would have summarised at that went up without (the summary
+        # still being written), and prepared summaries never used.
+        "waiting_turns": ahead(metrics, "waiting"),
+        "unused": ahead(metrics, "unused"),
+    }
+
+
+def ahead(metrics: str, outcome: str) -> int:
+    line = f'xun_summary_ahead_total{{outcome="{outcome}"}} '
+    return int(sum(float(r.split()[-1]) for r in metrics.splitlines() if r.startswith(line)))
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| summary ahead | ordinary turn (median) | crossing turns | crossing / ordinary "
+        "| slowest turn | turns > 1 s | summary requests made / used | turns waiting for "
+        "one | prompt tokens sent (summaries) | billed, cached prefix at 0.1x |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for r in rows:
+        crossing = ", ".join(f"{ms:.0f} ms" for ms in r["crossing_ms"]) or "-"
+        ratio = ", ".join(f"{x:g}x" for x in r["crossing_ratio"]) or "-"
+        lines.append(
+            f"| {r['mode']} | {r['ordinary_median_ms']:.0f} ms | {crossing} | {ratio} "
+            f"| {r['slowest_ms']:.0f} ms | {r['waited_over_1s']} "
+            f"| {r['summary_requests']} / {r['summaries_used']} | {r['waiting_turns']} "
+            f"| {r['prompt_tokens']} ({r['summary_prompt_tokens']}) "
+            f"| {r['billed_at_0.1x_cached']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=44)
+    parser.add_argument("--delay", type=float, default=2.5)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args(argv)
+    rows = [run(mode, args.turns, args.delay) for _ in range(args.repeat) for mode in ("off", "on")]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"delay_s": args.delay, "runs": rows}, indent=2) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
