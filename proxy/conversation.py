@@ -259,12 +259,7 @@ class Conversation:
 
     async def acompact(self, summarize: Summarizer, keep_recent: int = 16) -> SummaryCompactResult:
         """Like `compact`, for a sync or async summariser."""
-        roles = [m.role for m in self.messages]
-        plan = plan_cut(roles, keep_recent)
-        # A summary written ahead covers the messages before `cut_limit` only: keep the rest.
-        limit = getattr(summarize, "cut_limit", None)
-        if plan is not None and isinstance(limit, int) and plan.cut > limit:
-            plan = plan_cut(roles, len(roles) - limit)
+        plan = plan_cut([m.role for m in self.messages], keep_recent, summarize)
         if plan is None:
             return self._nothing_to_condense()
         request = self._summary_input(plan)

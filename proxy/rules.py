@@ -163,7 +163,7 @@ class CutPlan:
 _PREAMBLE_ROLES = frozenset({"system", "developer"})
 
 
-def plan_cut(roles: Sequence[str], keep_recent: int) -> CutPlan | None:
+def plan_cut(roles: Sequence[str], keep_recent: int, summarize: object = None) -> CutPlan | None:
     """Choose the level-2 cut for a conversation given as its roles; `None`: nothing to do.
 
     The tail keeps the newest `keep_recent` messages after the preamble. A tail may not start
@@ -171,6 +171,8 @@ def plan_cut(roles: Sequence[str], keep_recent: int) -> CutPlan | None:
     so the cut walks back over them to include that assistant message, keeping every call
     with its results on one side. When the tail then holds no user message, the last user
     message before the cut joins the tail (some servers reject a request without one).
+    A `summarize` that covers only the messages before its `cut_limit` (a summary written
+    ahead, `proxy.compaction.ahead`) keeps the cut there at the latest.
     """
     if keep_recent < 0:
         raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
@@ -178,6 +180,9 @@ def plan_cut(roles: Sequence[str], keep_recent: int) -> CutPlan | None:
     while preamble < len(roles) and roles[preamble] in _PREAMBLE_ROLES:
         preamble += 1
     cut = max(preamble, len(roles) - keep_recent)
+    limit = getattr(summarize, "cut_limit", None)
+    if isinstance(limit, int):
+        cut = max(preamble, min(cut, limit))
     while cut > preamble and cut < len(roles) and roles[cut] == "tool":
         cut -= 1
     moved_user: int | None = None
