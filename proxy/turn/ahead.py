@@ -72,6 +72,9 @@ class AheadTasks:
     def __init__(self, count: Count | None = None) -> None:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.count: Count = count or (lambda outcome: None)
+        # How long the last summary of each model took here: a session's first summary
+        # starts as far ahead as that needs (the session's own is kept in its state).
+        self.seconds: dict[str, float] = {}
 
     def busy(self, session_id: str) -> bool:
         task = self.tasks.get(session_id)
@@ -124,7 +127,10 @@ class Job:
     summarizer: Summarizer
     request: list[dict[str, Any]]  # the conversation to summarise when not sent as cached
     prepared: Prepared  # the record to store, its summary still empty
-    count: Count
+    tasks: AheadTasks
+
+    def count(self, outcome: str) -> None:
+        self.tasks.count(outcome)
 
 
 @dataclass
@@ -239,7 +245,8 @@ class TurnAhead:
         growth = growth_per_turn(records)
         if growth is None:
             return None
-        lead = lead_turns(state.ahead_seconds, turn_interval(records))
+        took = state.ahead_seconds or self.tasks.seconds.get(self._model(p))
+        lead = lead_turns(took, turn_interval(records))
         threshold = p.threshold()
         sizes = [s for s in projections(state.total_tokens, growth, lead) if s > threshold]
         if not sizes:
@@ -258,6 +265,9 @@ class TurnAhead:
             shares_prefix=self._shares(p),
         )
 
+    def _model(self, p: Pipeline) -> str:
+        return str(p.settings.summary_model or p.client_body.get("model") or "")
+
     def _shares(self, p: Pipeline) -> bool:
         shares = getattr(p.compactor, "summary_shares_prefix", False)
         return bool(shares) and not p.settings.summary_model
@@ -268,7 +278,7 @@ class TurnAhead:
         shared = self._shares(p)
         summarizer = Summarizer(
             post=p.post_summary,
-            model=p.settings.summary_model or str(p.client_body.get("model") or ""),
+            model=self._model(p),
             tools=turn.upstream_tools() if shared else turn.summary_tools(),
             prefix=rb.upstream_messages() if shared else None,  # as sent: read from the cache
         )
@@ -280,7 +290,7 @@ class TurnAhead:
         request += [m.completion_param() for m in conv.messages if not isinstance(m, SystemPrompt)]
         covers = len(rb.messages)
         prepared = Prepared("", covers, rb.chain.prefix(covers), base_of(rb.state), 0.0)
-        return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks.count)
+        return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks)
 
 
 async def near(probe: Probe) -> bool:
@@ -339,7 +349,9 @@ async def prepare(job: Job) -> None:
             log.warning("summary written ahead came back empty; the crossing will try again")
             job.count("failed")
             return
-        done = replace(job.prepared, summary=summary, at=time.time(), seconds=monotonic() - started)
+        took = monotonic() - started
+        job.tasks.seconds[job.summarizer.model] = took
+        done = replace(job.prepared, summary=summary, at=time.time(), seconds=took)
         job.count("ready" if await publish(job.store, job.key, done) else "unused")
     finally:
         renewer.cancel()

@@ -8,10 +8,14 @@ and a threshold of 6000, against an upstream that answers the agent at once but 
 (the summary is made inside the turn that crosses) and `on`; each client request is timed
 at the client. Reported per mode: the ordinary turn's median, the crossing turns' latencies
 (the turns that compacted with a summary) and their ratio to the ordinary median, the
-slowest turn, the turns that waited over a second, summary requests made and used (the
-speculation's cost), and every prompt token sent upstream, summary requests included.
+slowest turn, the turns that waited over a second, summary requests made and used, the
+turns the strategy would have summarised at that went up without (the summary still being
+written: the speculation's cost), and every prompt token sent upstream, summary requests
+included, raw and billed with the repeated prefix cached at 0.1x. Two sessions run one after
+the other on each proxy: from the second on, the proxy knows how long a summary takes, and
+starts it as many turns ahead.
 
-    python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--repeat 2]
+    python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -82,53 +86,70 @@ def output(n: int) -> str:
     return (line * 9)[:600]
 
 
-def run(mode: str, turns: int, delay: float) -> dict[str, Any]:
-    """One session of `turns` turns through a fresh proxy with summary_ahead = `mode`."""
+def run(mode: str, turns: int, delay: float, sessions: int) -> list[dict[str, Any]]:
+    """`sessions` sessions of `turns` turns, one after the other, through a fresh proxy with
+    summary_ahead = `mode` (from the second on, the proxy knows how long a summary takes)."""
+    rows = []
     with FakeUpstream() as fake:
         fake.default = Model(delay)
         settings = proxy_settings(
             fake, token_threshold=6000, compactor="cache-aware", summary_ahead=mode == "on"
         )
         with UvicornThread(create_app(settings)) as server:
-            client = openai.OpenAI(
-                base_url=server.url + "/v1",
-                api_key="sk-bench",
-                default_headers={"X-Session-Id": f"bench-{mode}"},
-                max_retries=0,
-                timeout=120,
-            )
-            history: list[dict[str, Any]] = [
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": "Read the source files one by one."},
-            ]
-            latencies, compactions, n = [], [], 0
-            for _ in range(turns):
-                began = time.perf_counter()
-                raw = client.chat.completions.with_raw_response.create(
-                    model="gpt-4o", messages=history, tools=TOOLS
-                )
-                message = raw.parse().choices[0].message.model_dump(exclude_none=True)
-                latencies.append(time.perf_counter() - began)
-                compactions.append(raw.headers["x-xun-compaction"])
-                history.append(message)
-                for call in message.get("tool_calls") or []:
-                    n += 1
-                    history.append(
-                        {"role": "tool", "tool_call_id": call["id"], "content": output(n)}
-                    )
-                time.sleep(PAUSE)
-            client.close()
-            time.sleep(delay + 0.5)  # a summary still being written counts as made
-            metrics = httpx.get(server.url + "/metrics").text
-        bodies = [r.json for r in fake.chat_requests]
+            for number in range(1, sessions + 1):
+                before = httpx.get(server.url + "/metrics").text
+                start = len(fake.chat_requests)
+                latencies, compactions = session(server.url, f"bench-{mode}-{number}", turns)
+                time.sleep(delay + 0.5)  # a summary still being written counts as made
+                after = httpx.get(server.url + "/metrics").text
+                bodies = [r.json for r in fake.chat_requests[start:]]
+                row = measure(latencies, compactions, bodies)
+                row["waiting_turns"] = ahead(after, "waiting") - ahead(before, "waiting")
+                row["unused"] = ahead(after, "unused") - ahead(before, "unused")
+                rows.append({"mode": mode, "session": number, "turns": turns, **row})
+    return rows
+
+
+def session(url: str, name: str, turns: int) -> tuple[list[float], list[str]]:
+    """One agent session; each turn's latency at the client and the proxy's header."""
+    client = openai.OpenAI(
+        base_url=url + "/v1",
+        api_key="sk-bench",
+        default_headers={"X-Session-Id": name},
+        max_retries=0,
+        timeout=120,
+    )
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Read the source files one by one."},
+    ]
+    latencies, compactions, n = [], [], 0
+    for _ in range(turns):
+        began = time.perf_counter()
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=history, tools=TOOLS
+        )
+        message = raw.parse().choices[0].message.model_dump(exclude_none=True)
+        latencies.append(time.perf_counter() - began)
+        compactions.append(raw.headers["x-xun-compaction"])
+        history.append(message)
+        for call in message.get("tool_calls") or []:
+            n += 1
+            history.append({"role": "tool", "tool_call_id": call["id"], "content": output(n)})
+        time.sleep(PAUSE)
+    client.close()
+    return latencies, compactions
+
+
+def measure(
+    latencies: list[float], compactions: list[str], bodies: list[dict[str, Any]]
+) -> dict[str, Any]:
     main = [b for b in bodies if not is_summary_request(b)]
     used = {m for b in main for m in SUMMARY_ID.findall(json.dumps(b))}
     ordinary = [t for t, c in zip(latencies[1:], compactions[1:], strict=True) if c == "none"]
     crossing = [t for t, c in zip(latencies, compactions, strict=True) if c == "summary"]
     median = statistics.median(ordinary)
     return {
-        "mode": mode,
-        "turns": turns,
         "ordinary_median_ms": round(median * 1000, 1),
         "crossing_ms": [round(t * 1000, 1) for t in crossing],
         "crossing_ratio": [round(t / median, 1) for t in crossing],
@@ -142,10 +163,6 @@ def run(mode: str, turns: int, delay: float) -> dict[str, Any]:
         ),
         "billed_at_0.1x_cached": round(billed(bodies, 0.1)),
         "last_request_tokens": count_prompt_tokens(main[-1]),
-        # Turns the strategy would have summarised at that went up without (the summary
-        # still being written), and prepared summaries never used.
-        "waiting_turns": ahead(metrics, "waiting"),
-        "unused": ahead(metrics, "unused"),
     }
 
 
@@ -156,17 +173,18 @@ def ahead(metrics: str, outcome: str) -> int:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| summary ahead | ordinary turn (median) | crossing turns | crossing / ordinary "
+        "| summary ahead | session | ordinary turn (median) | crossing turns | crossing / ordinary "
         "| slowest turn | turns > 1 s | summary requests made / used | turns waiting for "
         "one | prompt tokens sent (summaries) | billed, cached prefix at 0.1x |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
         crossing = ", ".join(f"{ms:.0f} ms" for ms in r["crossing_ms"]) or "-"
         ratio = ", ".join(f"{x:g}x" for x in r["crossing_ratio"]) or "-"
         lines.append(
-            f"| {r['mode']} | {r['ordinary_median_ms']:.0f} ms | {crossing} | {ratio} "
+            f"| {r['mode']} | {r['session']} | {r['ordinary_median_ms']:.0f} ms "
+            f"| {crossing} | {ratio} "
             f"| {r['slowest_ms']:.0f} ms | {r['waited_over_1s']} "
             f"| {r['summary_requests']} / {r['summaries_used']} | {r['waiting_turns']} "
             f"| {r['prompt_tokens']} ({r['summary_prompt_tokens']}) "
@@ -180,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=44)
     parser.add_argument("--delay", type=float, default=2.5)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--sessions", type=int, default=2)
     args = parser.parse_args(argv)
     rows = [run(mode, args.turns, args.delay) for _ in range(args.repeat) for mode in ("off", "on")]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
