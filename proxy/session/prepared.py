@@ -36,6 +36,9 @@ class Prepared:
     base: str
     at: float  # when it was written (time.time())
     seconds: float = 0.0  # how long the summary request took
+    # The prefix hash of a request that began with the covered messages (`vouch`): a later
+    # request that continues that one is checked without hashing its history again.
+    verified: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,6 +56,7 @@ class Prepared:
                 base=str(data["base"]),
                 at=float(data["at"]),
                 seconds=float(data.get("seconds") or 0.0),
+                verified=str(data.get("verified") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -63,7 +67,18 @@ class Prepared:
         the request starts with the very messages it summarises."""
         if self.base != base_of(state) or self.covers > len(chain):
             return False
+        if self.verified:  # vouched for by a request this one continues, or by this one
+            if state.prefix_hash == self.verified:
+                if chain.matches(state.prefix_len, state.prefix_hash):  # (the rebuild's check)
+                    return True
+            elif chain.prefix(len(chain)) == self.verified:
+                return True
         return chain.matches(self.covers, self.digest)
+
+    def vouch(self, chain: PrefixChain) -> dict[str, Any]:
+        """The record, noting that the request of `chain` begins with the covered messages
+        (its whole history's hash, which the state keeps as its prefix once it is saved)."""
+        return {**self.to_dict(), "verified": chain.prefix(len(chain))}
 
 
 def base_of(state: SessionState) -> str:

@@ -175,6 +175,8 @@ class TurnAhead:
         if prepared is None or not prepared.fits(rb.state, rb.chain):
             rb.state.ahead = None
             self.note("unused")
+        else:
+            rb.state.ahead = prepared.vouch(rb.chain)  # the next turn need not hash it all
 
     def wrap(self, rb: Rebuild, inner: Summarizer, *, must_wait: bool) -> AheadSummarizer:
         """The crossing turn's summariser: the prepared summary when it fits this request."""

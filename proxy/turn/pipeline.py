@@ -405,7 +405,7 @@ class Pipeline:
                     ahead=self.turn.ahead.record if self.turn.ahead is not None else None,
                 )
             await self.turn.save(wait=False)
-            if usage is not None and self.turn.ahead is not None:
+            if self.turn.ahead is not None:
                 try:
                     self.turn.ahead.after_turn(self)
                 except Exception:  # never the client's problem

@@ -200,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=2)
     args = parser.parse_args(argv)
-    rows = [run(mode, args.turns, args.delay) for _ in range(args.repeat) for mode in ("off", "on")]
+    rows = [
+        row
+        for _ in range(args.repeat)
+        for mode in ("off", "on")
+        for row in run(mode, args.turns, args.delay, args.sessions)
+    ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"delay_s": args.delay, "runs": rows}, indent=2) + "\n")
     print(table(rows))

@@ -138,3 +138,23 @@ def test_a_merge_keeps_the_prepared_summary_written_over_its_compaction() -> Non
     newer = Prepared("newer", 5, chain.prefix(5), base_of(theirs), at=2.0).to_dict()
     mine.ahead = newer
     assert carried(mine, mine, theirs) == newer
+
+
+def test_a_request_that_continues_a_vouched_one_is_not_hashed_again() -> None:
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(8)]
+    chain = PrefixChain(messages[:6])
+    state = SessionState()
+    prepared = Prepared("text", 4, chain.prefix(4), base_of(state), at=1.0)
+    vouched = Prepared.of(prepared.vouch(chain))
+    assert vouched is not None and vouched.verified == chain.prefix(6)
+    assert vouched.fits(state, chain)
+    # The next request: the state's prefix is the vouched request's whole history.
+    state = SessionState(prefix_len=6, prefix_hash=chain.prefix(6))
+    later = PrefixChain(messages, trusted=(6, chain.prefix(6)))
+    assert vouched.fits(state, later)
+    assert later._base == 6  # nothing before the trusted prefix was hashed
+    # A record vouched for by another history proves nothing: the digest decides.
+    other = Prepared.of({**prepared.to_dict(), "verified": "f" * 32})
+    assert other is not None and other.fits(state, PrefixChain(messages))
+    branched = [*messages[:2], {"role": "user", "content": "another way"}, *messages[3:]]
+    assert not other.fits(SessionState(), PrefixChain(branched))
