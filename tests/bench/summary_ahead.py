@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=2)
     args = parser.parse_args(argv)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    load = os.getloadavg()
     rows = [
         row
         for _ in range(args.repeat)
@@ -207,7 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         for row in run(mode, args.turns, args.delay, args.sessions)
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"delay_s": args.delay, "runs": rows}, indent=2) + "\n")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    run_info = {
+        "commit": head.stdout.strip(),
+        "started": started,
+        "load_average": [round(x, 2) for x in load],
+        "delay_s": args.delay,
+    }
+    RESULTS.write_text(json.dumps({**run_info, "runs": rows}, indent=2) + "\n")
     print(table(rows))
     return 0
 

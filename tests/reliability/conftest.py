@@ -131,6 +131,7 @@ def proxy_env(**settings: Any) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XUN_")}
     env["PYTHONUNBUFFERED"] = "1"
     env["XUN_COMPACTOR"] = "seed"  # these tests follow the seed's rules; a setting overrides it
+    env["XUN_SUMMARY_AHEAD"] = "off"  # and its summaries at the crossing turn, as they expect
     for name, value in settings.items():
         if value is not None:
             env[f"XUN_{name.upper()}"] = str(value)

@@ -107,8 +107,14 @@ class ProxyProcess:
             "warning",
             *(extra or []),
         ]
-        # The seed's compactor, whose rules these tests follow, unless `env` says otherwise.
-        self.env = {**os.environ, "XUN_COMPACTOR": "seed", **(env or {})}
+        # The seed's compactor, whose rules these tests follow, with its summaries made at the
+        # crossing turn (not written ahead), unless `env` says otherwise.
+        self.env = {
+            **os.environ,
+            "XUN_COMPACTOR": "seed",
+            "XUN_SUMMARY_AHEAD": "off",
+            **(env or {}),
+        }
         self.env.pop("XUN_CONFIG", None)
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -92,6 +92,7 @@ def test_logs_metrics_and_state_hold_no_keys_or_content(
         "XUN_TOOLCALL_KEEP_MAX": str(COMPACTING["toolcall_keep_max"]),
         "XUN_SUMMARY_KEEP_MAX": str(COMPACTING["summary_keep_max"]),
         "XUN_ADMIN_KEY": ADMIN_KEY,
+        "XUN_SUMMARY_AHEAD": "off",  # the summary in a turn of its own, with its log line
     }
     proxy = run_proxy(
         [
