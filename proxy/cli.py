@@ -2,6 +2,7 @@
 
     xun-proxy [serve] [--upstream URL] [--port N] [--store URL] ...
     xun-proxy sessions ls|show|export|rm [--store URL] ...   (see proxy.admin.sessions_cli)
+    xun-proxy report [--since 24h] [--by model|tenant|session] ...   (proxy.admin.report_cli)
 
 Flags only collect values; `proxy.settings.load_settings` merges them with the environment
 and the config file and validates everything, so errors read the same whatever the source.
@@ -15,10 +16,10 @@ import sys
 from collections.abc import Sequence
 
 from proxy import __version__
-from proxy.admin import sessions_cli
+from proxy.admin import report_cli, sessions_cli
 from proxy.settings import ConfigError, Settings, load_settings
 
-COMMANDS = ("serve", "sessions")
+COMMANDS = ("serve", "sessions", "report")
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +33,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="A transparent OpenAI-compatible proxy that compacts long agent sessions.",
     )
     parser.add_argument("--version", action="version", version=f"xun-proxy {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{serve,sessions}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,sessions,report}")
 
     serve = commands.add_parser("serve", help="run the proxy (the default command)")
     _add_config_flags(serve)
@@ -63,6 +64,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="pass everything through uncompacted",
     )
     add("--admin-key", dest="admin_key", metavar="KEY", help="bearer key for /admin routes")
+    add("--prices", dest="prices", metavar="FILE", help="JSON file of model prices for savings")
     add("--summary-model", dest="summary_model", metavar="NAME", help="model for summaries")
     add(
         "--session-header",
@@ -95,6 +97,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     sessions_cli.add_parser(commands, _add_config_flags)
+    report_cli.add_parser(commands, _add_config_flags)
     return parser
 
 
@@ -151,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sessions":
             return asyncio.run(sessions_cli.run(args, sys.stdout))
+        if args.command == "report":
+            return asyncio.run(report_cli.run(args, sys.stdout))
         return _serve(args)
     except ConfigError as exc:
         print(f"xun-proxy: {exc}", file=sys.stderr)

@@ -30,6 +30,7 @@ DAY = 24 * 60 * 60
 _HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _WriteFactor = Annotated[float, Field(ge=0, le=10)]
+_Money = Annotated[float, Field(ge=0)]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
+    Option("prices", "savings.prices", "XUN_PRICES", "--prices"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
     Option("tenant_header", "session.tenant_header", "XUN_TENANT_HEADER", "--tenant-header"),
     Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
@@ -200,6 +202,12 @@ class Settings(BaseSettings):
     )
 
     admin_key: SecretStr | None = None
+    # Model prices for the savings reports, by model-name prefix, in money per million tokens
+    # ({"input", "cache_read", "cache_write", "output"}); a JSON file's path, or the mapping in
+    # the config file. proxy.compaction.prices has the built-in table they extend.
+    prices: dict[str, dict[Literal["input", "cache_read", "cache_write", "output"], _Money]] = (
+        Field(default_factory=dict)
+    )
     # X-Session-Id, then the ids agents send on their own: Codex CLI (`session_id`, or
     # `session-id`) and Claude Code (`x-claude-code-session-id`).
     session_headers: list[str] = Field(
@@ -234,6 +242,29 @@ class Settings(BaseSettings):
         if "?" in value or "#" in value:
             raise ValueError("must not carry a query string or fragment")
         return value.rstrip("/")
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _read_prices(cls, value: Any) -> Any:
+        """A JSON object, or a path to a file of one (`--prices FILE`); every entry needs
+        an `input` price."""
+        if isinstance(value, str) and value.lstrip().startswith("{"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"prices are not a JSON object: {exc}") from exc
+        elif isinstance(value, str | Path):
+            try:
+                value = json.loads(Path(value).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ValueError(f"cannot read the prices file {value}: {exc.strerror}") from exc
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"the prices file {value} is not JSON: {exc}") from exc
+        if isinstance(value, dict):
+            for name, entry in value.items():
+                if not isinstance(entry, dict) or "input" not in entry:
+                    raise ValueError(f"the price of {name!r} needs at least an input price")
+        return value
 
     @field_validator("store_url")
     @classmethod

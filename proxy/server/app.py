@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from proxy.admin.page import admin_web_routes
 from proxy.compact import AutoCompactor, CompactorAbstract
+from proxy.compaction.prices import Prices
 from proxy.errors import (
     ProxyError,
     error_payload,
@@ -208,4 +209,5 @@ def create_app(
     app.state.body_reuse = BodyReuse()  # kept through idle reclaims: requests come seconds apart
     app.state.drain = drain
     app.state.metrics = metrics
+    app.state.prices = Prices(settings.prices)  # the savings' money (proxy.compaction.prices)
     return app

@@ -35,6 +35,7 @@ _RECLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TRAIL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0)
 _TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
 _LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
+_MODEL_VALUE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,40}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # The APIs the model routes speak; "none" for every other route (admin, health, metrics).
 WIRES = frozenset({"chat", "responses", "messages"})
@@ -45,6 +46,12 @@ def _label(value: Any, default: str = "other") -> str:
     """A label value from a small vocabulary; anything else folds into `default`."""
     text = str(value).lower() if value is not None else ""
     return text if _LABEL_VALUE.match(text) else default
+
+
+def _model_label(value: Any) -> str:
+    """A price-table entry's name (`proxy.compaction.prices.Prices.entry`), else "other"."""
+    text = str(value) if value is not None else ""
+    return text if _MODEL_VALUE.match(text) else "other"
 
 
 def wire_label(value: Any) -> str:
@@ -127,6 +134,7 @@ class Metrics:
             ["reason"],
             registry=reg,
         )
+        self._savings_metrics(reg)
         self.active_sessions = Gauge(
             "xun_active_sessions",
             "Sessions in the store (counted at most every 10 s).",
@@ -139,6 +147,48 @@ class Metrics:
             registry=reg,
         )
         self._counted_at = float("-inf")
+
+    def _savings_metrics(self, reg: CollectorRegistry) -> None:
+        # Savings by model (a price-table entry, else "other"): what the proxy billed, what
+        # the clients' requests would have been billed directly, and the difference. Saved is
+        # a gauge: a turn that paid for a summary saves less than nothing.
+        self.prompt_tokens_sent = Counter(
+            "xun_prompt_tokens_sent",
+            "Prompt tokens billed through the proxy: requests, extract rounds, summary calls.",
+            ["model"],
+            registry=reg,
+        )
+        self.prompt_tokens_direct = Counter(
+            "xun_prompt_tokens_direct",
+            "Prompt tokens the clients' own requests would have been billed sent directly "
+            "(estimated).",
+            ["model"],
+            registry=reg,
+        )
+        self.prompt_tokens_saved = Gauge(
+            "xun_prompt_tokens_saved_total",
+            "Prompt tokens saved: the direct estimate less every prompt token billed.",
+            ["model"],
+            registry=reg,
+        )
+        self.cost_sent = Counter(
+            "xun_cost_sent",
+            "Money billed through the proxy, where a price is known.",
+            ["model"],
+            registry=reg,
+        )
+        self.cost_direct = Counter(
+            "xun_cost_direct",
+            "Money the clients' requests would have cost directly, where a price is known.",
+            ["model"],
+            registry=reg,
+        )
+        self.cost_saved = Gauge(
+            "xun_cost_saved_total",
+            "Money saved: the direct cost less what was billed, where a price is known.",
+            ["model"],
+            registry=reg,
+        )
 
     # -- feeding ------------------------------------------------------------------------
     def observe_request(
@@ -194,6 +244,28 @@ class Metrics:
         degraded = fields.get("degraded")
         if degraded:
             self.degraded.labels(reason=_label(degraded)).inc()
+        saved = fields.get("savings")
+        if isinstance(saved, Mapping) and not saved.get("shadow"):
+            self.observe_savings(saved)
+
+    def observe_savings(self, saved: Mapping[str, Any]) -> None:
+        """A turn's savings (`proxy.turn.savings.log_fields`); shadow turns are not counted."""
+        model = _model_label(saved.get("model"))
+        for name, counter, gauge in (
+            ("sent", self.prompt_tokens_sent, None),
+            ("direct", self.prompt_tokens_direct, None),
+            ("saved", None, self.prompt_tokens_saved),
+            ("cost_sent", self.cost_sent, None),
+            ("cost_direct", self.cost_direct, None),
+            ("cost_saved", None, self.cost_saved),
+        ):
+            value = _number(saved.get(name))
+            if value is None:
+                continue
+            if counter is not None and value > 0:
+                counter.labels(model=model).inc(value)
+            if gauge is not None:
+                gauge.labels(model=model).inc(value)
 
     def observe_compaction(
         self,

@@ -35,6 +35,7 @@ from proxy.session.rebuild import record_turn
 from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
+from proxy.turn import savings
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.thinking_binder import Binder
@@ -87,6 +88,9 @@ class Pipeline:
         self.ladder: list[CompactorAbstract] | None = None
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
+        self.measure = savings.Measure()  # what each upstream call was billed
+        # More of the turn's record (a shadow turn's `shadow`, `projected_prompt_tokens`).
+        self.record_extra: dict[str, Any] = {}
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -127,7 +131,12 @@ class Pipeline:
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
         if status == 200 and isinstance(data, dict):
-            return self.wire.summary_reply(data)
+            reply = self.wire.summary_reply(data)
+            try:
+                self.measure.summary(self.wire.reply_round(data).usage)
+            except ProxyError:  # a reply the summary read but no round: billed unknown
+                self.measure.summary(None)
+            return reply
         if is_context_length_error(status, data):
             raise ContextLengthExceeded(str(status))
         raise UpstreamError(f"summary request failed with status {status}")
@@ -362,6 +371,7 @@ class Pipeline:
         of each thinking block of every round's reply."""
         if self.first_prompt is None and rnd.usage is not None:
             self.first_prompt = rnd.usage.prompt
+        self.measure.round(rnd.usage)
         self.binder.note(rnd)
 
     def calibrate(self) -> None:
@@ -389,6 +399,9 @@ class Pipeline:
                 add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
             self.calibrate()
             if usage is not None:
+                saved = self.measure.record(
+                    rb, self.wire, self.client_body, injected=self.turn.injected
+                )
                 record_turn(
                     rb,
                     total_tokens=usage.total,
@@ -396,7 +409,12 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
+                    extra={"savings": saved, **self.record_extra},
                 )
+                vec = savings.count(rb, saved)
+                if vec is not None:
+                    prices = getattr(self.request.app.state, "prices", None)
+                    self.log_fields["savings"] = savings.log_fields(saved["model"], vec, prices)
             await self.turn.save(wait=False)
         report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
