@@ -185,10 +185,11 @@ def fold(buckets: Buckets, record: Mapping[str, Any]) -> Vector | None:
     stamp = float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0
     add(buckets.setdefault(bucket_key(stamp, model), []), vec)
     if len(buckets) > MAX_BUCKETS:
-        for key in sorted(buckets, key=lambda k: split_key(k)[0])[: len(buckets) - MAX_BUCKETS]:
-            hour, name = split_key(key)
-            if hour != EARLIER:
-                add(buckets.setdefault(f"{EARLIER}|{name}", []), buckets.pop(key))
+        dated = sorted((k for k in buckets if split_key(k)[0] != EARLIER), key=split_key)
+        for key in dated:
+            if len(buckets) <= MAX_BUCKETS:
+                break
+            add(buckets.setdefault(f"{EARLIER}|{split_key(key)[1]}", []), buckets.pop(key))
     return vec
 
 
