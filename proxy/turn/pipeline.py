@@ -374,14 +374,15 @@ class Pipeline:
         self.measure.round(rnd.usage)
         self.binder.note(rnd)
 
-    def calibrate(self) -> None:
-        """Update the session's ratio of billed to estimated prompt tokens."""
+    def calibrate(self, sent: int) -> None:
+        """Update the session's ratio of billed to estimated prompt tokens (`sent`: the
+        estimate of the messages sent)."""
         rb = self.turn.rb
         if rb is None or not self.first_prompt:
             return
         tools = self.wire.tools(self.client_body)
         tools_estimate = len(orjson.dumps(tools)) // 4 if tools else 0
-        calibrate(rb.state, self.first_prompt, rb.sent_estimate() + tools_estimate)
+        calibrate(rb.state, self.first_prompt, sent + tools_estimate)
 
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
         """Record the turn's usage, save the state, and note what happened for logs/metrics.
@@ -397,10 +398,12 @@ class Pipeline:
             for rnd, results in self.continuations:  # later requests carry them again
                 message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
                 add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
-            self.calibrate()
+            needed = self.first_prompt or usage is not None
+            sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
+            self.calibrate(sent)
             if usage is not None:
                 saved = self.measure.record(
-                    rb, self.wire, self.client_body, injected=self.turn.injected
+                    rb, self.wire, self.client_body, injected=self.turn.injected, sent=sent
                 )
                 record_turn(
                     rb,

@@ -41,14 +41,16 @@ class Measure:
     def summary(self, usage: Usage | None) -> None:
         self.summaries.append(Tokens.of(usage))
 
-    def record(self, rb: Rebuild, wire: Wire, body: JSON, *, injected: bool) -> dict[str, Any]:
+    def record(
+        self, rb: Rebuild, wire: Wire, body: JSON, *, injected: bool, sent: int
+    ) -> dict[str, Any]:
         """The turn's `savings`; call before the turn is recorded (the state still holds the
-        previous turn's prefix)."""
+        previous turn's prefix). `sent`: the estimate of the messages sent upstream."""
         state = rb.state
         tools = wire.tools(body)
         client = (rb.chars + 3) // 4 + 4 * len(rb.messages) + _tools_tokens(tools)
         sent_tools = wire.with_extract_tool(tools) if injected else tools
-        sent = rb.sent_estimate() + _tools_tokens(sent_tools)
+        sent += _tools_tokens(sent_tools)
         first = self.rounds[0].prompt if self.rounds else None
         direct = savings.direct_estimate(
             client, sent_estimate=sent, billed=first, calibration=state.calibration
