@@ -15,8 +15,18 @@ import httpx
 import pytest
 
 from proxy.cli import main
+from proxy.compaction.prices import Prices
 from tests.support.agent import TOOLS, Agent, ModelScript, is_summary_request
+from tests.support.claude_model import ReadFilesModel
+from tests.support.fake_messages import FakeMessages
 from tests.support.fake_upstream import FakeUpstream, count_prompt_tokens
+from tests.support.wire_sessions import (
+    MESSAGES_MODEL,
+    MESSAGES_SYSTEM,
+    MESSAGES_TOOL,
+    messages_file,
+    wire_proxy,
+)
 
 TURNS = 30
 
@@ -109,3 +119,83 @@ def test_thirty_tool_turns_saved_what_the_bills_say(
     assert main(["report", "--store", f"sqlite:///{db}", "--by", "session"]) == 0
     table = capsys.readouterr().out
     assert "TOTAL" in table and str(totals["tokens_saved"]) in table
+
+
+def _with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as Claude Code sends it: a cache breakpoint on the last message's last block."""
+    out = json.loads(json.dumps(messages))
+    last = out[-1]
+    if isinstance(last["content"], str):
+        last["content"] = [{"type": "text", "text": last["content"]}]
+    last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+def test_a_messages_session_with_a_prompt_cache_against_its_direct_bills() -> None:
+    """Anthropic Messages, with cache breakpoints: each client request also goes to a second
+    fake directly, whose bills (cache reads and writes included) the report's direct side
+    must match; an extract round and summary calls are billed to the proxy."""
+    paths = [f"src/file_{n:02d}.py" for n in range(1, 21)]
+    headers = {
+        "x-api-key": "sk-ant-client",
+        "anthropic-version": "2023-06-01",
+        "x-claude-code-session-id": "claude-savings",
+    }
+    model = ReadFilesModel(paths, tool="read_file", path_key="path", thinking=False)
+    direct_bills: list[dict[str, int]] = []
+    with wire_proxy() as proxy, FakeMessages() as direct, httpx.Client(timeout=30) as client:
+        proxy.messages.policy = model
+        direct.policy = ReadFilesModel(paths, tool="read_file", path_key="path", thinking=False)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files in order."}]
+        for _ in paths:
+            body = {
+                "model": MESSAGES_MODEL,
+                "max_tokens": 1024,
+                "system": MESSAGES_SYSTEM,
+                "tools": [MESSAGES_TOOL],
+                "messages": _with_breakpoint(messages),
+            }
+            resp = client.post(proxy.url + "/v1/messages", json=body, headers=headers)
+            assert resp.status_code == 200, resp.text
+            usage = client.post(direct.base_url + "/v1/messages", json=body, headers=headers)
+            direct_bills.append(usage.json()["usage"])
+            reply = resp.json()
+            messages.append({"role": "assistant", "content": reply["content"]})
+            calls = [b for b in reply["content"] if b["type"] == "tool_use"]
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": c["id"],
+                            "content": messages_file(c["input"]["path"]),
+                        }
+                        for c in calls
+                    ],
+                }
+            )
+        report = proxy.admin("GET", "/savings").json()
+
+    billed = sum(proxy.messages.input_tokens(r.json) for r in proxy.messages.messages_requests)
+    direct_prompt = sum(
+        u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"]
+        for u in direct_bills
+    )
+    direct_read = sum(u["cache_read_input_tokens"] for u in direct_bills)
+    direct_written = sum(u["cache_creation_input_tokens"] for u in direct_bills)
+    price = Prices()(MESSAGES_MODEL)
+    assert price is not None
+    direct_cost = price.prompt(direct_prompt, direct_read, direct_written)
+    totals = report["totals"]
+    print("direct", direct_prompt, direct_read, direct_written, direct_cost, "report", totals)
+    assert model.extracted and model.proxy_summaries  # an extract round, summary calls
+    assert totals["requests"] == len(paths)
+    assert totals["prompt_tokens_sent"] == billed  # requests, the extract round, summaries
+    assert totals["extract_prompt_tokens"] > 0 and totals["summary_prompt_tokens"] > 0
+    assert abs(totals["prompt_tokens_direct"] - direct_prompt) <= 0.05 * direct_prompt
+    saved = direct_prompt - billed
+    assert abs(totals["tokens_saved"] - saved) <= 0.15 * abs(saved)
+    assert abs(totals["cache_read_tokens_direct"] - direct_read) <= 0.15 * direct_read
+    assert abs(totals["cache_write_tokens_direct"] - direct_written) <= 0.15 * direct_written
+    assert abs(totals["cost_direct"] - direct_cost) <= 0.15 * direct_cost
