@@ -199,3 +199,20 @@ def test_a_messages_session_with_a_prompt_cache_against_its_direct_bills() -> No
     assert abs(totals["cache_read_tokens_direct"] - direct_read) <= 0.15 * direct_read
     assert abs(totals["cache_write_tokens_direct"] - direct_written) <= 0.15 * direct_written
     assert abs(totals["cost_direct"] - direct_cost) <= 0.15 * direct_cost
+
+
+def test_streamed_turns_are_counted_too(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any
+) -> None:
+    proxy = make_proxy()
+    client = openai_client(proxy, session="streamed")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Say something. " * 50}]
+    for _ in range(3):
+        stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "More."}]
+    billed = sum(count_prompt_tokens(r.json) for r in fake_upstream.chat_requests)
+    totals = httpx.get(proxy.url + "/admin/savings").json()["totals"]
+    # Nothing compacted: what was sent is what direct would have sent.
+    assert (totals["requests"], totals["prompt_tokens_sent"]) == (3, billed)
+    assert totals["prompt_tokens_direct"] == billed and totals["tokens_saved"] == 0
