@@ -71,7 +71,7 @@ async def _sessions(store: Store, since: float | None) -> list[tuple[SessionInfo
     while True:
         infos, cursor = await store.list(updated_after=since, limit=PAGE, cursor=cursor)
         for info in infos:
-            stored = await store.get(info.key)
+            stored = await store.get_by_id(info.id)  # past a cache: hot states stay in it
             if stored is None:
                 continue  # deleted meanwhile
             try:

@@ -61,7 +61,7 @@ class TurnLog:
         """The newest record, decoded alone; None when there is none."""
         if not self._text:
             return None
-        return decode(self._text.rsplit("\n", 1)[-1])
+        return decode(self._text[self._text.rfind("\n") + 1 :])
 
     def __len__(self) -> int:
         if self._count is None:
