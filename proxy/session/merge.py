@@ -152,13 +152,14 @@ def _turns(primary: SessionState, other: SessionState) -> TurnLog:
 
 def _savings(primary: SessionState, other: SessionState) -> savings.Buckets:
     """The primary's running totals plus the other side's turns it has not counted: its
-    records the primary's log lacks (those older than a full log's oldest it dropped)."""
+    records the primary's log lacks (but those older than the primary's oldest record, which
+    the primary dropped from its log, and counted, before)."""
     totals = {key: list(vec) for key, vec in primary.savings.items()}
     if other.turn_log == primary.turn_log:
         return totals
     mine = primary.turn_log.text.split("\n") if primary.turn_log.text else []
     seen = set(mine)
-    oldest = _at(mine[0]) if mine and len(mine) >= MAX_TURNS_KEPT else float("-inf")
+    oldest = _at(mine[0]) if mine else float("-inf")  # older: dropped from mine, counted
     for line in other.turn_log.lines():
         if line and line not in seen and _at(line) >= oldest:
             record = decode(line)
