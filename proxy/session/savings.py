@@ -1,15 +1,15 @@
 """What a session's turns saved: per turn, kept with the turn record, and as running totals.
 
-A turn's record carries `savings` (`turn_savings`): the prompt tokens billed through the
-proxy (the request's first round; the proxy's extract rounds after it; its summary calls),
-each as [prompt, cache read, cache write(, output)], and the direct estimate: what the
-client's own request would have been billed sent directly, [prompt, cache read, cache
-write]. The direct prompt is the client's history in the proxy's token estimate, scaled by
-what this turn's upstream billed per estimated token of what was sent (the session's
-calibration when no usage came back). Direct cache reads follow an append-only prefix: where
-the client only appended, the previous direct request is read from the cache, if this
-session's upstream caches at all (it reported a cache read); direct cache writes take the
-share of the uncached prompt this turn's upstream wrote.
+A turn's record carries `savings` (`turn_savings`): the prompt tokens billed through the proxy,
+`sent` (the request's first round: [prompt, cache read, cache write]), `extract` (the proxy's
+extract rounds after it) and `summary` (its summary calls), both [prompt, cache read, cache
+write, output] and left out when zero; and `direct`, what the client's own request would have
+been billed sent directly: [prompt, cache read, cache write]. The direct prompt is the client's
+history in the proxy's token estimate, scaled by what this turn's upstream billed per estimated
+token of what was sent (the session's calibration when no usage came back). Direct cache reads
+follow an append-only prefix: where the client only appended, the previous direct request is
+read from the cache, if this session's upstream caches at all (it reported a cache read); direct
+cache writes take the share of the uncached prompt this turn's upstream wrote.
 
 The running totals (`SessionState.savings`) are vectors of `FIELDS`, one per hour and model
 (`fold`), so a time window can be answered after the turn records are gone; the oldest hours
@@ -123,13 +123,14 @@ def turn_savings(
     cached = min(previous_direct, direct_prompt) if appended and caches and previous_direct else 0
     uncached = max(0, main.prompt - main.cached)
     share = min(1.0, main.written / uncached) if uncached else 0.0
-    return {
-        "model": model,
-        "sent": [main.prompt, main.cached, main.written],
-        "extract": [later.prompt, later.cached, later.written, extract_output],
-        "summary": [summary.prompt, summary.cached, summary.written, summary.output],
-        "direct": [direct_prompt, cached, round((direct_prompt - cached) * share)],
-    }
+    out: dict[str, Any] = {"model": model, "sent": [main.prompt, main.cached, main.written]}
+    # Most turns make no extract round and no summary: their parts are left out (all zero).
+    if later.prompt or extract_output:
+        out["extract"] = [later.prompt, later.cached, later.written, extract_output]
+    if summary.prompt or summary.output:
+        out["summary"] = [summary.prompt, summary.cached, summary.written, summary.output]
+    out["direct"] = [direct_prompt, cached, round((direct_prompt - cached) * share)]
+    return out
 
 
 def _ints(value: Any, n: int) -> list[int]:
