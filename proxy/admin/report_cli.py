@@ -59,8 +59,18 @@ def _cell(value: Any) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)[:40]
 
 
-def _rows(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    rows = [(str(group["key"]), group) for group in body["groups"]]
+def _rows(body: dict[str, Any], *, named: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """(key, totals) per group, then the total; `named`: a session as its header value and
+    the start of its id (a table), else by its id alone."""
+    rows = [
+        (
+            f"{group['session']} [{group['key'][:8]}]"
+            if named and "session" in group
+            else group["key"],
+            group,
+        )
+        for group in body["groups"]
+    ]
     rows.append(("TOTAL", body["totals"]))
     return rows
 
@@ -68,7 +78,7 @@ def _rows(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def _table(body: dict[str, Any], out: TextIO) -> None:
     header = (body["by"], *COLUMNS)
     lines = [header] + [
-        (_cell(key), *(_cell(row.get(c)) for c in COLUMNS)) for key, row in _rows(body)
+        (_cell(key), *(_cell(row.get(c)) for c in COLUMNS)) for key, row in _rows(body, named=True)
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out.write(f"savings {body['since'] or 'from the start'} .. {body['until']}\n")
