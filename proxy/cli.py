@@ -18,7 +18,13 @@ from typing import Any
 from proxy import __version__
 from proxy.admin import sessions_cli
 from proxy.compaction.windows import CAP_WINDOW_SHARE, DEFAULT_WINDOW_SHARE
-from proxy.settings import ConfigError, Settings, default_store_url, load_settings
+from proxy.settings import (
+    ConfigError,
+    Settings,
+    colour_allowed,
+    default_store_url,
+    load_settings,
+)
 
 COMMANDS = ("serve", "sessions")
 
@@ -203,7 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
     fields = set(Settings.model_fields)
     overrides = {key: value for key, value in vars(args).items() if key in fields}
     settings = load_settings(overrides)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, fmt=settings.log_format, colour=colour_allowed())
     app = create_app(settings)
     # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
     allocator.tune_allocator()
