@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from proxy.server.app import create_app
+from proxy.store.memory import MemoryStore
 from proxy.turn.shadow import STAND_IN_HEAD
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.support.agent import SYSTEM, TOOLS, tool_output
@@ -151,6 +152,9 @@ def test_chat_completions_shadow(
     proxy.settle()
     check_identical(sent, fake_upstream.requests)
     check_projection(shadow_turns(proxy.url, only_session(proxy.url)), compactions)
+    metrics = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    assert 'level="toolcall",outcome="success",trigger="shadow",wire="chat"' in metrics
+    assert 'trigger="auto"' not in metrics  # projected, never counted as done
 
 
 def only_session(proxy_url: str) -> str:
@@ -327,3 +331,39 @@ def test_a_shadow_summary_is_a_stand_in_never_asked_upstream(
     assert detail["summary"].startswith(STAND_IN_HEAD)
     summarised = [t for t in detail["turns"] if t["compaction"] == "summary"]
     assert summarised and all(t["projected_prompt_tokens"] < t["prompt_tokens"] for t in summarised)
+
+
+class BrokenStore(MemoryStore):
+    """A store that fails in a way the session turn does not expect."""
+
+    async def get(self, key: Any) -> Any:
+        raise RuntimeError("the disk is on fire")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_failing_shadow_leaves_a_plain_pass_through(
+    fake_upstream: FakeUpstream,
+    make_proxy: MakeProxy,
+    openai_client: OpenAIClientFactory,
+    stream: bool,
+) -> None:
+    fake_upstream.default = read_next
+    proxy = make_proxy(mode="shadow", store=BrokenStore())
+    sent = Sent()
+    client = openai_client(
+        proxy, http_client=openai.DefaultHttpxClient(event_hooks={"request": [sent]})
+    )
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files."}]
+    for _ in range(3):
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=messages, tools=TOOLS, stream=stream
+        )
+        assert raw.status_code == 200 and "x-xun-shadow" not in raw.headers
+        if stream:
+            assert [c for c in raw.parse() if c.choices]  # the stream came back whole
+        else:
+            assert raw.parse().choices[0].message.tool_calls
+        messages.append({"role": "user", "content": "Go on."})
+    assert len(fake_upstream.requests) == len(sent.requests) == 3
+    for client_request, upstream in zip(sent.requests, fake_upstream.requests, strict=True):
+        assert upstream.body == client_request.content
