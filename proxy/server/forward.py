@@ -131,9 +131,9 @@ def relay(
     the client's, for the shape of an error that ends a broken stream. `tap` sees the body go
     by and is closed after the upstream response.
     """
-    background = BackgroundTasks([BackgroundTask(response.aclose)])
-    if tap is not None:
-        background.add_task(tap.close)
+    background: BackgroundTask = BackgroundTask(response.aclose)
+    if tap is not None:  # closed after the upstream response
+        background = BackgroundTasks([background, BackgroundTask(tap.close)])
     relayed = StreamingResponse(
         _relay_body(response, {} if timing is None else timing, path, tap),
         status_code=response.status_code,
