@@ -11,6 +11,8 @@ upstream billed once the session is past its threshold.
 
 from __future__ import annotations
 
+import gzip
+import json
 from typing import Any
 
 import anthropic
@@ -367,3 +369,47 @@ def test_a_failing_shadow_leaves_a_plain_pass_through(
     assert len(fake_upstream.requests) == len(sent.requests) == 3
     for client_request, upstream in zip(sent.requests, fake_upstream.requests, strict=True):
         assert upstream.body == client_request.content
+
+
+def test_a_gzip_body_goes_up_as_it_came_and_is_still_shadowed(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """The compressed bytes and their Content-Encoding pass through (the fake, which reads
+    no gzip, refuses them: its answer comes back as it is); the shadow read the decoded body
+    (its x-xun-shadow), and records nothing for a refused request."""
+    fake_upstream.default = read_next
+    proxy = make_proxy(mode="shadow")
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi " * 50}]})
+    packed = gzip.compress(body.encode())
+    headers = {
+        "authorization": "Bearer sk-test",
+        "content-type": "application/json",
+        "content-encoding": "gzip",
+        "x-session-id": "shadow-gzip",
+    }
+    answer = httpx.post(f"{proxy.base_url}/chat/completions", content=packed, headers=headers)
+    assert answer.headers["x-xun-shadow"] == "none"
+    (upstream,) = fake_upstream.requests
+    assert upstream.body == packed and upstream.headers["content-encoding"] == "gzip"
+    assert answer.status_code == 400 and "error" in answer.json()  # the fake's own answer
+    proxy.settle()
+    session = httpx.get(f"{proxy.url}/admin/sessions/{answer.headers['x-xun-session']}")
+    assert session.status_code == 404  # nothing saved for a refused request
+
+
+def test_a_stream_without_usage_is_recorded_with_its_projection_only(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, openai_client: OpenAIClientFactory
+) -> None:
+    """Chat Completions streams carry usage only when the client asks for it, and shadow mode
+    adds nothing to the request: the turn has its projection and no billed usage."""
+    fake_upstream.default = read_next
+    proxy = make_proxy(mode="shadow")
+    client = openai_client(proxy, session="shadow-no-usage")
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=TOOLS, stream=True
+    )
+    assert all(chunk.usage is None for chunk in raw.parse())
+    assert "stream_options" not in fake_upstream.requests[-1].json
+    proxy.settle()
+    (turn,) = shadow_turns(proxy.url, raw.headers["x-xun-session"])
+    assert turn["prompt_tokens"] is None and turn["projected_prompt_tokens"] > 0
