@@ -107,7 +107,11 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         passed = forward(request, body=raw, upstream=upstream)
         return await unless_client_leaves(request.receive, passed)
     if shadow.requested(request.headers, settings):  # as sent, and what it would have been
-        return await shadow.serve(request, wire, upstream, raw, session_id)
+        reading = shadow.Reading(
+            parse=lambda decoded: _parsed(request, wire, decoded, session_id),
+            neutral=lambda body, written, key: _neutral(request, wire, body, written, key),
+        )
+        return await shadow.serve(request, wire, upstream, raw, session_id, reading)
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
     encoded = raw

@@ -10,7 +10,8 @@ failure of it leaves only a plain pass-through.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,16 +19,28 @@ from starlette.responses import Response
 from proxy.server.content_encoding import decoded_body
 from proxy.server.disconnect import unless_client_leaves
 from proxy.server.forward import Tap, forward
-from proxy.session.json_limits import compaction_blocker
+from proxy.session.json_limits import Written
 from proxy.settings import Settings
 from proxy.turn.shadow import ShadowPipeline, ShadowTap
 from proxy.upstream.client import Upstream, UpstreamResponse
-from proxy.wire.base import Wire
+from proxy.wire.base import JSON, Wire
 
 log = logging.getLogger("proxy.shadow")
 
 COMPACT_HEADER = "x-xun-compact"
 MAX_SESSION_ID_CHARS = 16384
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the model route reads a body (`proxy.server.model_routes`): parsed on from the
+    session's last body, and its neutral messages converted on from the last ones, where
+    they can be."""
+
+    # decoded bytes -> the body, why it must go up as it came (or None), the body as written
+    parse: Callable[[bytes], tuple[JSON, str | None, Written | None]]
+    # body, as written, the session's key id -> neutral messages, what the prefix hash reads
+    neutral: Callable[[JSON, Written | None, str], tuple[list[JSON], Written | None]]
 
 
 def requested(headers: Mapping[str, str], settings: Settings) -> bool:
@@ -39,10 +52,15 @@ def requested(headers: Mapping[str, str], settings: Settings) -> bool:
 
 
 async def serve(
-    request: Request, wire: Wire, upstream: Upstream, encoded: bytes, session_id: str
+    request: Request,
+    wire: Wire,
+    upstream: Upstream,
+    encoded: bytes,
+    session_id: str,
+    reading: Reading,
 ) -> Response:
     """Pass the request through as it came (`encoded`: its body's bytes) and shadow it."""
-    pipeline = await _prepared(request, wire, upstream, encoded, session_id)
+    pipeline = await _prepared(request, wire, upstream, encoded, session_id, reading)
 
     def tap(response: UpstreamResponse) -> Tap:
         assert pipeline is not None
@@ -58,7 +76,12 @@ async def serve(
 
 
 async def _prepared(
-    request: Request, wire: Wire, upstream: Upstream, encoded: bytes, session_id: str
+    request: Request,
+    wire: Wire,
+    upstream: Upstream,
+    encoded: bytes,
+    session_id: str,
+    reading: Reading,
 ) -> ShadowPipeline | None:
     """The shadow turn, loaded and compacted; None where there is nothing to shadow or the
     shadow work failed (the request then only passes through)."""
@@ -68,12 +91,12 @@ async def _prepared(
     try:
         coding = request.headers.get("content-encoding")
         raw = decoded_body(encoded, coding, settings.max_body_bytes)
-        body = wire.parse(raw)
-        blocked, written = compaction_blocker(raw, body, wire.history_field)
+        body, blocked, written = reading.parse(raw)
         if blocked:
             return None
         pipeline = ShadowPipeline(request, body, session_id, wire, upstream, written)
-        pipeline.turn.messages = wire.messages(body)
+        turn = pipeline.turn
+        turn.messages, turn.received_written = reading.neutral(body, written, turn.key.id)
         await pipeline.prepare()
     except Exception as exc:  # bad input, a history the wire cannot read, the store
         log.info("not shadowing this request: %s", type(exc).__name__)
@@ -83,4 +106,4 @@ async def _prepared(
     return pipeline
 
 
-__all__ = ["requested", "serve"]
+__all__ = ["Reading", "requested", "serve"]
