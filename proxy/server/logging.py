@@ -20,8 +20,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import internal_error_response, log_unexpected
+from proxy.server.console_log import ACCESS_LOGGER, ConsoleFormatter
 
-ACCESS_LOGGER = "proxy.access"
 _SECRET_PARTS = ("authorization", "api_key", "apikey", "api-key", "secret", "password", "cookie")
 
 
@@ -56,18 +56,40 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
-def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
-    """Send the proxy's and uvicorn's logs to `stream` (stderr) as JSON lines.
+def configure_logging(
+    level: str = "info",
+    stream: IO[str] | None = None,
+    fmt: str | None = None,
+    *,
+    colour: bool = True,
+) -> None:
+    """Send the proxy's and uvicorn's logs to `stream` (stderr): `fmt` "json" (JSON lines) or
+    "console" (`proxy.server.console_log`); None: console when the stream is a terminal, JSON
+    otherwise. Console lines have colour on a terminal when `colour` allows it (NO_COLOR).
 
     Called by the CLI only: creating an app never reconfigures logging.
     """
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    stream = stream or sys.stderr
+    terminal = _is_terminal(stream)
+    if fmt is None:
+        fmt = "console" if terminal else "json"
+    handler = logging.StreamHandler(stream)
+    if fmt == "console":
+        handler.setFormatter(ConsoleFormatter(colour=colour and terminal, redact=redact))
+    else:
+        handler.setFormatter(JsonFormatter())
     for name in ("proxy", "uvicorn", "uvicorn.error"):
         target = logging.getLogger(name)
         target.handlers[:] = [handler]
         target.setLevel(level.upper())
         target.propagate = False
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no file behind it, or closed
+        return False
 
 
 def mint_request_id() -> str:

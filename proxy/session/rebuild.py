@@ -374,7 +374,8 @@ def record_turn(
     The usage numbers come from the upstream's reply as they were: one that is not a token
     count (a string, a float, a negative number) is ignored for this turn, never stored. Cache
     writes (the cost model's observed write share) are kept only where the upstream reports them.
-    `extra` joins the record (the turn's `savings`: `proxy.session.savings`).
+    `extra` joins the turn's record (a shadow turn's `shadow` and `projected_prompt_tokens`; the
+    turn's `savings`: `proxy.session.savings`).
     """
     state = rb.state
     total_tokens, prompt_tokens = token_count(total_tokens), token_count(prompt_tokens)

@@ -89,8 +89,6 @@ class Pipeline:
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
         self.measure = savings.Measure()  # what each upstream call was billed
-        # More of the turn's record (a shadow turn's `shadow`, `projected_prompt_tokens`).
-        self.record_extra: dict[str, Any] = {}
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -412,7 +410,7 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved, **self.record_extra},
+                    extra={"savings": saved},
                 )
                 vec = savings.count(rb, saved)
                 if vec is not None:
@@ -426,6 +424,7 @@ class Pipeline:
             model=self.client_body.get("model"),
             upstream_ms=round(self.upstream_ms, 2),
             compaction=self.turn.compaction,
+            prompt_tokens=usage.prompt if usage is not None else None,
             tokens_before=report.get("tokens_before"),
             tokens_after=report.get("estimated_tokens_after"),
             summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,

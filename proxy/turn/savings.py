@@ -67,6 +67,19 @@ class Measure:
         )
 
 
+def shadow_record(model: str, usage: Usage | None, estimate: int) -> dict[str, Any]:
+    """A shadow turn's `savings`: its request went upstream as the client sent it, so what it
+    was billed is the direct side (the proxy's calibrated `estimate` when the answer carried
+    no usage); the projection is in the record's `projected_prompt_tokens`."""
+    billed = Tokens.of(usage)
+    direct = billed.prompt or estimate
+    return {
+        "model": model,
+        "sent": [billed.prompt, billed.cached, billed.written],
+        "direct": [direct, billed.cached, billed.written],
+    }
+
+
 def count(rb: Rebuild, record: dict[str, Any]) -> list[int] | None:
     """Add the turn just recorded (the turn log's last record: a shadow turn's marks
     included) to the session's totals; its vector."""
@@ -99,4 +112,4 @@ def log_fields(model: str, vec: list[int], prices: Prices | None) -> dict[str, A
     }
 
 
-__all__ = ["Measure", "count", "log_fields"]
+__all__ = ["Measure", "count", "log_fields", "shadow_record"]
