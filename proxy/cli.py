@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
 from proxy.admin import sessions_cli
 from proxy.settings import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from proxy.server.metrics import Metrics
 
 COMMANDS = ("serve", "sessions")
 
@@ -54,6 +59,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="with --upstream-api-key: a Host name served besides loopback ones (repeatable)",
     )
     add("--port", dest="port", help="bind port (default 8484)")
+    add(
+        "--workers",
+        dest="workers",
+        metavar="N",
+        help="processes serving the port, sharing the store (default 1; not with memory://)",
+    )
     add("--token-threshold", dest="token_threshold", metavar="N", help="compact above N tokens")
     add(
         "--no-auto-compact",
@@ -99,15 +110,27 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.server import allocator, lifecycle
-    from proxy.server.app import create_app
     from proxy.server.logging import configure_logging
 
     fields = set(Settings.model_fields)
     overrides = {key: value for key, value in vars(args).items() if key in fields}
     settings = load_settings(overrides)
-    configure_logging(settings.log_level)
-    app = create_app(settings)
+    configure_logging(settings.log_level, pid=settings.workers > 1)
+    if settings.workers > 1:
+        from proxy.server import workers
+
+        # N processes on one socket bound here (proxy.server.workers); each runs `_run`.
+        return workers.run(settings, functools.partial(_run, settings))
+    return _run(settings)
+
+
+def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) -> int:
+    """Serve one process: the proxy alone, or one of `--workers` (`metrics` and `serving`,
+    the socket and server class, are then the worker's)."""
+    from proxy.server import allocator, lifecycle
+    from proxy.server.app import create_app
+
+    app = create_app(settings, worker_metrics=metrics)
     # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
     allocator.tune_allocator()
     allocator.tune_collector()  # what exists now lives as long as the process
@@ -138,6 +161,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,  # RequestLogMiddleware writes one JSON line per request
         log_config=None,  # keep the JSON logging configured above
         log_level=settings.log_level,
+        **serving,
     )
 
 

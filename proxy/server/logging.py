@@ -39,15 +39,22 @@ def redact(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"ts", "level", "logger", "msg", ...fields}` on one line."""
+    """`{"ts", "level", "logger", "msg", ...fields}` on one line; with `pid`, the id of the
+    process that wrote it follows `logger` (which worker, under `--workers`)."""
+
+    def __init__(self, *, pid: bool = False) -> None:
+        super().__init__()
+        self.pid = pid
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
         }
+        if self.pid:
+            line["pid"] = record.process
+        line["msg"] = record.getMessage()
         fields = getattr(record, "fields", None)
         if isinstance(fields, Mapping):
             line.update(redact(fields))
@@ -56,13 +63,16 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
-def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
-    """Send the proxy's and uvicorn's logs to `stream` (stderr) as JSON lines.
+def configure_logging(
+    level: str = "info", stream: IO[str] | None = None, *, pid: bool = False
+) -> None:
+    """Send the proxy's and uvicorn's logs to `stream` (stderr) as JSON lines, each with the
+    writing process's id when `pid` (several workers write to one stream).
 
     Called by the CLI only: creating an app never reconfigures logging.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter(pid=pid))
     for name in ("proxy", "uvicorn", "uvicorn.error"):
         target = logging.getLogger(name)
         target.handlers[:] = [handler]
