@@ -13,6 +13,7 @@ process exits 0. `memory://` with two workers is refused.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -241,3 +242,83 @@ def test_an_in_process_store_with_two_workers_is_refused(store: str) -> None:
     assert f"server.workers: Value error, 2 workers cannot share {store}" in done.stderr
     assert "each worker would keep sessions of its own" in done.stderr
     assert "use sqlite:///path.db or redis://host:port/db, or one worker" in done.stderr
+
+
+def worker_pids(proxy: ProxyProcess) -> list[int]:
+    wait_until(
+        lambda: any(line["msg"] == "workers started" for line in log_lines(proxy)),
+        10,
+        "the workers to start",
+    )
+    started = next(line for line in log_lines(proxy) if line["msg"] == "workers started")
+    pids: list[int] = started["worker_pids"]
+    return pids
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = Path(f"/proc/{pid}/status").read_text()
+    return "State:\tZ" in status  # exited, not yet reaped by its new parent
+
+
+def test_a_worker_that_dies_stops_the_proxy_with_status_1(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    proxy = start_workers(f"sqlite:///{tmp_path / 's.db'}", fake_upstream.url, tmp_path)
+    try:
+        dead, other = worker_pids(proxy)
+        os.kill(dead, signal.SIGKILL)
+        assert proxy.proc is not None and proxy.proc.wait(timeout=30) == 1
+        assert gone(other)  # the other drained and exited: nothing was restarted
+    finally:
+        proxy.stop()
+    lines = log_lines(proxy)
+    crash = next(line for line in lines if line["msg"] == "worker exited; stopping the others")
+    assert (crash["level"], crash["worker_pid"], crash["status"]) == ("error", dead, -9)
+    assert any(line["msg"] == "worker exited" and line["worker_pid"] == other for line in lines)
+
+
+def test_workers_drain_when_the_main_process_is_killed(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    proxy = start_workers(f"sqlite:///{tmp_path / 's.db'}", fake_upstream.url, tmp_path)
+    try:
+        pids = worker_pids(proxy)
+        assert proxy.proc is not None
+        proxy.proc.kill()
+        proxy.proc.wait(timeout=10)
+        wait_until(lambda: all(gone(pid) for pid in pids), 20, "the orphaned workers to exit")
+    finally:
+        for pid in worker_pids(proxy):
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    orphaned = [
+        line for line in log_lines(proxy) if line["msg"] == "the main process is gone: draining"
+    ]
+    assert sorted(line["pid"] for line in orphaned) == sorted(pids)
+
+
+def test_a_second_signal_stops_the_workers_at_once(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    hold = threading.Event()
+    fake_upstream.push(Reply.text("never finished", hold=hold))
+    proxy = start_workers(f"sqlite:///{tmp_path / 's.db'}", fake_upstream.url, tmp_path)
+    try:
+        with client_for(proxy, "held") as client:
+            stream = client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            next(iter(stream))  # the stream is in flight, held upstream
+            assert proxy.proc is not None
+            proxy.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: readyz(proxy) == 503, 5, "/readyz to answer 503")
+            proxy.proc.send_signal(signal.SIGINT)
+            assert proxy.proc.wait(timeout=10) == 0  # long before the 30 s drain timeout
+    finally:
+        hold.set()
+        proxy.stop()
+    assert any(line["msg"] == "stopping at once" for line in log_lines(proxy))
