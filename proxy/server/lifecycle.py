@@ -18,6 +18,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -203,7 +204,7 @@ def serve(
     drain_timeout: float,
     reclaimer: IdleReclaimer | None = None,
     sockets: list[socket.socket] | None = None,
-    server_class: type[DrainingServer] = DrainingServer,
+    server_class: Callable[..., DrainingServer] = DrainingServer,
     **options: Any,
 ) -> int:
     """Run `app` under uvicorn with draining on SIGTERM/SIGINT; returns the exit status.

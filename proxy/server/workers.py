@@ -27,6 +27,7 @@ should the main process go away. `/metrics` on any worker reports every worker's
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -64,9 +65,9 @@ class WorkerServer(DrainingServer):
     main process forwards may meet the same signal sent to the whole process group), SIGQUIT
     stops at once, and the worker drains by itself when the main process is gone."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, parent: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parent = os.getppid()
+        self.parent = parent  # the main process's pid, taken before the fork
         signal.signal(signal.SIGQUIT, self.stop_now)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -133,6 +134,7 @@ class Supervisor:
         self.workers: dict[int, int] = {}  # pid -> worker number
         self.stopping = False
         self.failed = False
+        self.pid = os.getpid()
 
     def start(self, sock: socket.socket) -> None:
         # Blocked while forking: a signal between a fork and the worker's own handlers would
@@ -157,7 +159,8 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             share_values(self.metrics_dir)
             metrics = Metrics(shared_dir=self.metrics_dir)
-            code = self.serve(metrics=metrics, sockets=[sock], server_class=WorkerServer)
+            server_class = functools.partial(WorkerServer, parent=self.pid)
+            code = self.serve(metrics=metrics, sockets=[sock], server_class=server_class)
         except SystemExit as exc:  # uvicorn's answer to a failed start
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:
