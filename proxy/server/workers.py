@@ -65,9 +65,10 @@ class WorkerServer(DrainingServer):
     main process forwards may meet the same signal sent to the whole process group), SIGQUIT
     stops at once, and the worker drains by itself when the main process is gone."""
 
-    def __init__(self, *args: Any, parent: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, parent: int, asked: threading.Event, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.parent = parent  # the main process's pid, taken before the fork
+        self.asked = asked  # a stop signal came before this server's handlers were in place
         signal.signal(signal.SIGQUIT, self.stop_now)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -79,6 +80,8 @@ class WorkerServer(DrainingServer):
         self.force_exit = True
 
     async def on_tick(self, counter: int) -> bool:
+        if self.asked.is_set():
+            self.drain.begin()
         if os.getppid() != self.parent and self.drain.begin():
             log.warning("the main process is gone: draining")
         return await super().on_tick(counter)
@@ -153,13 +156,14 @@ class Supervisor:
 
     def _worker(self, sock: socket.socket) -> NoReturn:
         code = 1
+        asked = threading.Event()
         try:
-            for sig in _STOP_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)  # until uvicorn installs its own
+            for sig in _STOP_SIGNALS:  # until uvicorn's are in place: kept for the first tick
+                signal.signal(sig, lambda sig, frame: asked.set())
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             share_values(self.metrics_dir)
             metrics = Metrics(shared_dir=self.metrics_dir)
-            server_class = functools.partial(WorkerServer, parent=self.pid)
+            server_class = functools.partial(WorkerServer, parent=self.pid, asked=asked)
             code = self.serve(metrics=metrics, sockets=[sock], server_class=server_class)
         except SystemExit as exc:  # uvicorn's answer to a failed start
             code = exc.code if isinstance(exc.code, int) else 1

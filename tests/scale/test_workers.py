@@ -322,3 +322,29 @@ def test_a_second_signal_stops_the_workers_at_once(
         hold.set()
         proxy.stop()
     assert any(line["msg"] == "stopping at once" for line in log_lines(proxy))
+
+
+def test_a_signal_while_the_workers_start_stops_them_cleanly(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    proxy = ProxyProcess(
+        store=f"sqlite:///{tmp_path / 's.db'}",
+        upstream=fake_upstream.url,
+        threshold=THRESHOLD,
+        log_path=tmp_path / "workers.log",
+        extra=["--workers", "2", "--log-level", "info"],
+    )
+    with proxy.log_path.open("ab") as log:
+        proxy.proc = subprocess.Popen(
+            proxy.argv, cwd=REPO, env=proxy.env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        pids = worker_pids(proxy)  # forked, most likely not serving yet
+        proxy.proc.send_signal(signal.SIGTERM)
+        assert proxy.proc.wait(timeout=30) == 0
+    finally:
+        proxy.stop()
+    exited = [line for line in log_lines(proxy) if line["msg"] == "worker exited"]
+    assert sorted((line["worker_pid"], line["status"]) for line in exited) == [
+        (pid, 0) for pid in sorted(pids)
+    ]
