@@ -27,6 +27,7 @@ should the main process go away. `/metrics` on any worker reports every worker's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -47,7 +48,7 @@ from proxy.server.app import load_compactor
 from proxy.server.lifecycle import DrainingServer
 from proxy.server.metrics import Metrics, share_values
 from proxy.settings import Settings
-from proxy.store import open_store
+from proxy.store import StoreError, open_store
 
 log = logging.getLogger("proxy.workers")
 
@@ -111,7 +112,8 @@ async def _check_store(settings: Settings) -> bool:
     try:
         return await store.ping()
     finally:
-        await store.close()
+        with contextlib.suppress(StoreError):
+            await store.close()
 
 
 def preflight(settings: Settings) -> None:
