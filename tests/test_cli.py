@@ -97,7 +97,7 @@ def test_serve_flags(served: list[tuple[Any, dict[str, Any]]], prefix: list[str]
     assert options["lifespan"] == "on"
     assert options["proxy_headers"] is False and options["access_log"] is False
     assert options["log_config"] is None
-    assert "workers" not in options  # one process: the app object cannot be forked
+    assert "workers" not in options  # never uvicorn's workers: proxy.server.workers forks its own
 
 
 def test_workers_flag_hands_the_settings_to_the_workers(
