@@ -348,3 +348,45 @@ def test_a_signal_while_the_workers_start_stops_them_cleanly(
     assert sorted((line["worker_pid"], line["status"]) for line in exited) == [
         (pid, 0) for pid in sorted(pids)
     ]
+
+
+def test_a_signal_to_the_whole_process_group_still_lets_a_stream_finish(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C, or a control-group kill, reaches the workers and the main
+    process, which forwards it: a worker drains once, never takes it as a second signal."""
+    proxy = ProxyProcess(
+        store=f"sqlite:///{tmp_path / 's.db'}",
+        upstream=fake_upstream.url,
+        threshold=THRESHOLD,
+        log_path=tmp_path / "workers.log",
+        extra=["--workers", "2", "--log-level", "info"],
+    )
+    with proxy.log_path.open("ab") as log:
+        proxy.proc = subprocess.Popen(
+            proxy.argv,
+            cwd=REPO,
+            env=proxy.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a process group of its own, for this test to signal
+        )
+    try:
+        wait_until(lambda: readyz(proxy) == 200, 20, "the workers to serve")
+        text = "word " * 40
+        fake_upstream.push(Reply.text(text, chunk_chars=10, chunk_delay=0.05))  # 1 s
+        got: list[str] = []
+        with client_for(proxy, "group") as client:
+            stream = client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    if not got:
+                        os.killpg(proxy.proc.pid, signal.SIGINT)
+                    got.append(chunk.choices[0].delta.content)
+        assert "".join(got) == text
+        assert proxy.proc.wait(timeout=30) == 0
+    finally:
+        proxy.stop()
+    assert not any(line["msg"] == "stopping at once" for line in log_lines(proxy))
