@@ -226,7 +226,12 @@ def run(settings: Settings, serve: Serve) -> int:
         log.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc)
         return 1
     port = int(sock.getsockname()[1])  # the one the system chose, for --port 0
-    metrics_dir = tempfile.mkdtemp(prefix="xun-proxy-metrics-")
+    try:  # the workers' metric files (proxy.server.metrics), removed when they stop
+        metrics_dir = tempfile.mkdtemp(prefix="xun-proxy-metrics-")
+    except OSError as exc:
+        sock.close()
+        log.error("cannot create the workers' metrics directory: %s (set TMPDIR)", exc)
+        return 1
     supervisor = Supervisor(settings, serve, metrics_dir)
     try:
         try:
