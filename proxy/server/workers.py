@@ -5,7 +5,8 @@
          settings it inherited, secrets included, and serves the one listening socket
       -> waits; SIGTERM or SIGINT: every worker drains (as one process does, see
          proxy.server.lifecycle), then the main process exits 0
-      -> a second signal: the workers stop at once (SIGQUIT to each)
+      -> a second signal (half a second or more after the first): the workers stop at once
+         (SIGQUIT to each)
       -> a worker that exits on its own: logged with its status, the others drain, and the
          main process exits 1. Nothing is restarted: the supervisor that started the proxy
          (systemd, Kubernetes, Docker) decides, and sees the failure.
@@ -54,6 +55,9 @@ log = logging.getLogger("proxy.workers")
 
 BACKLOG = 2048  # uvicorn's default
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# A stop signal this soon after the first is the same one delivered twice (to the process and
+# to its group), not an operator asking a second time to stop at once.
+REPEAT_AFTER_S = 0.5
 # After the store check, the main process waits this long for its threads to end: a fork
 # copies only the thread that calls it, and locks other threads held stay held in the child.
 _THREADS_WAIT_S = 2.0
@@ -138,6 +142,7 @@ class Supervisor:
         self.metrics_dir = metrics_dir
         self.workers: dict[int, int] = {}  # pid -> worker number
         self.stopping = False
+        self.signalled_at: float | None = None  # the first stop signal, monotonic
         self.failed = False
         self.pid = os.getpid()
 
@@ -177,13 +182,16 @@ class Supervisor:
             os._exit(code)  # never back into the main process's code
 
     def on_signal(self, sig: int, frame: FrameType | None) -> None:
-        if not self.stopping:
+        now = time.monotonic()
+        if self.signalled_at is None:
+            self.signalled_at = now
             self.stopping = True
             log.info("stopping: the workers drain", extra={"fields": {"signal": sig}})
             self.send(signal.SIGTERM)
-        else:
+        elif now - self.signalled_at >= REPEAT_AFTER_S:
             log.info("stopping at once", extra={"fields": {"signal": sig}})
             self.send(signal.SIGQUIT)
+        # else the same stop, delivered twice (`timeout` signals the process and its group)
 
     def send(self, sig: int) -> None:
         for pid in list(self.workers):

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import openai
 import orjson
 import pytest
 
+from proxy.server.workers import REPEAT_AFTER_S
 from tests.scale.conftest import REPO, ProxyProcess, wait_until
 from tests.scale.script import API_KEY, NumberedModel, read_state, session_key
 from tests.support.agent import TOOLS, Agent, is_summary_request
@@ -316,6 +318,7 @@ def test_a_second_signal_stops_the_workers_at_once(
             assert proxy.proc is not None
             proxy.proc.send_signal(signal.SIGTERM)
             wait_until(lambda: readyz(proxy) == 503, 5, "/readyz to answer 503")
+            time.sleep(REPEAT_AFTER_S)  # sooner, it counts as the first delivered twice
             proxy.proc.send_signal(signal.SIGINT)
             assert proxy.proc.wait(timeout=10) == 0  # long before the 30 s drain timeout
     finally:
@@ -354,7 +357,8 @@ def test_a_signal_to_the_whole_process_group_still_lets_a_stream_finish(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     """A terminal's Ctrl-C, or a control-group kill, reaches the workers and the main
-    process, which forwards it: a worker drains once, never takes it as a second signal."""
+    process, which forwards it: a worker drains once, never takes it as a second signal;
+    nor does the main process take the same signal delivered twice at once."""
     proxy = ProxyProcess(
         store=f"sqlite:///{tmp_path / 's.db'}",
         upstream=fake_upstream.url,
@@ -383,6 +387,8 @@ def test_a_signal_to_the_whole_process_group_still_lets_a_stream_finish(
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     if not got:
+                        # As `timeout` does: to the process, then to its whole group.
+                        os.kill(proxy.proc.pid, signal.SIGINT)
                         os.killpg(proxy.proc.pid, signal.SIGINT)
                     got.append(chunk.choices[0].delta.content)
         assert "".join(got) == text
