@@ -85,6 +85,7 @@ OPTIONS: tuple[Option, ...] = (
         "--token-threshold",
     ),
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
+    Option("mode", "auto_compact.mode", "XUN_MODE", "--mode"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
@@ -102,6 +103,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("tenant_header", "session.tenant_header", "XUN_TENANT_HEADER", "--tenant-header"),
     Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
     Option("log_content", "log.content", "XUN_LOG_CONTENT", "--log-content"),
+    Option("log_format", "log.format", "XUN_LOG_FORMAT", "--log-format"),
 )
 OPTIONS_BY_FIELD: Mapping[str, Option] = {option.field: option for option in OPTIONS}
 OPTIONS_BY_KEY: Mapping[str, Option] = {option.key: option for option in OPTIONS}
@@ -184,6 +186,9 @@ class Settings(BaseSettings):
 
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
+    # compact: requests go upstream compacted. shadow: every request goes upstream exactly as
+    # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
+    mode: Literal["compact", "shadow"] = "compact"
     summary_model: str | None = None
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
@@ -220,6 +225,9 @@ class Settings(BaseSettings):
 
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_content: bool = False
+    # console: one readable line a request; json: one JSON object a line; None: console when
+    # stderr is a terminal, JSON otherwise (proxy.server.logging).
+    log_format: Literal["console", "json"] | None = None
     config_file: Path | None = None
 
     @classmethod
@@ -268,7 +276,9 @@ class Settings(BaseSettings):
     @classmethod
     def _split_headers(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            value = [value]  # a comma list, from the environment
+        if isinstance(value, list | tuple) and all(isinstance(n, str) for n in value):
+            return [part.strip() for n in value for part in n.split(",") if part.strip()]
         return value
 
     @field_validator("session_headers")
@@ -316,7 +326,7 @@ class Settings(BaseSettings):
             return normalise_names(p for n in value for p in n.split(",") if p.strip())
         return value
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", "mode", mode="before")
     @classmethod
     def _lower_level(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
@@ -342,6 +352,13 @@ class Settings(BaseSettings):
     def upstream_api_key_value(self) -> str | None:
         """The configured upstream key in clear, for building the Authorization header."""
         return None if self.upstream_api_key is None else self.upstream_api_key.get_secret_value()
+
+
+def colour_allowed(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment lets a terminal's logs have colour: no `NO_COLOR`
+    (https://no-color.org: any non-empty value) and a terminal that is not `dumb`."""
+    env = os.environ if env is None else env
+    return not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
 
 
 def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:

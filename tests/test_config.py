@@ -63,6 +63,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "store_cache_bytes": (11, "12", 13, 11, 12, 13),
     "token_threshold": (100, "200", 300, 100, 200, 300),
     "auto_compact_enabled": (False, "true", False, False, True, False),
+    "mode": ("shadow", "compact", "shadow", "shadow", "compact", "shadow"),
     "summary_model": ("m-f", "m-e", "m-g", "m-f", "m-e", "m-g"),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
@@ -94,6 +95,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),
     "log_level": ("error", "WARNING", "debug", "error", "warning", "debug"),
     "log_content": (True, "false", True, True, False, True),
+    "log_format": ("json", "CONSOLE", "json", "json", "console", "json"),
 }  # fmt: skip
 
 

@@ -20,8 +20,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import internal_error_response, log_unexpected
+from proxy.server.console_log import ACCESS_LOGGER, ConsoleFormatter
 
-ACCESS_LOGGER = "proxy.access"
 _SECRET_PARTS = ("authorization", "api_key", "apikey", "api-key", "secret", "password", "cookie")
 
 
@@ -64,20 +64,41 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(
-    level: str = "info", stream: IO[str] | None = None, *, pid: bool = False
+    level: str = "info",
+    stream: IO[str] | None = None,
+    fmt: str | None = None,
+    *,
+    colour: bool = True,
+    pid: bool = False,
 ) -> None:
-    """Send the proxy's and uvicorn's logs to `stream` (stderr) as JSON lines, each with the
-    writing process's id when `pid` (several workers write to one stream).
+    """Send the proxy's and uvicorn's logs to `stream` (stderr): `fmt` "json" (JSON lines) or
+    "console" (`proxy.server.console_log`); None: console when the stream is a terminal, JSON
+    otherwise. Console lines have colour on a terminal when `colour` allows it (NO_COLOR).
+    With `pid` every line names the process that wrote it (several workers share a stream).
 
     Called by the CLI only: creating an app never reconfigures logging.
     """
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter(pid=pid))
+    stream = stream or sys.stderr
+    terminal = _is_terminal(stream)
+    if fmt is None:
+        fmt = "console" if terminal else "json"
+    handler = logging.StreamHandler(stream)
+    if fmt == "console":
+        handler.setFormatter(ConsoleFormatter(colour=colour and terminal, redact=redact, pid=pid))
+    else:
+        handler.setFormatter(JsonFormatter(pid=pid))
     for name in ("proxy", "uvicorn", "uvicorn.error"):
         target = logging.getLogger(name)
         target.handlers[:] = [handler]
         target.setLevel(level.upper())
         target.propagate = False
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no file behind it, or closed
+        return False
 
 
 def mint_request_id() -> str:

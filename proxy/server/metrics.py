@@ -113,7 +113,8 @@ class Metrics:
         )
         self.compactions = Counter(
             "xun_compactions",
-            "Compactions by level, outcome, trigger (auto or manual) and the session's wire.",
+            "Compactions by level, outcome, trigger (auto, manual, or shadow: projected only) "
+            "and the session's wire.",
             ["level", "outcome", "trigger", "wire"],
             registry=reg,
         )
@@ -208,7 +209,7 @@ class Metrics:
             self.observe_compaction(
                 str(compaction),
                 "success",
-                "auto",
+                "shadow" if fields.get("shadow") else "auto",  # shadow: only projected
                 wire=wire,
                 tokens_before=_number(fields.get("tokens_before")),
                 tokens_after=_number(fields.get("tokens_after")),

@@ -366,12 +366,14 @@ def record_turn(
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage.
 
     The usage numbers come from the upstream's reply as they were: one that is not a token
     count (a string, a float, a negative number) is ignored for this turn, never stored. Cache
     writes (the cost model's observed write share) are kept only where the upstream reports them.
+    `extra` joins the turn's record (a shadow turn's `shadow` and `projected_prompt_tokens`).
     """
     state = rb.state
     total_tokens, prompt_tokens = token_count(total_tokens), token_count(prompt_tokens)
@@ -390,6 +392,7 @@ def record_turn(
             "cached_tokens": cached_tokens,
             **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
+            **(extra or {}),
         }
     )
     return state

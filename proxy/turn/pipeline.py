@@ -405,6 +405,7 @@ class Pipeline:
             model=self.client_body.get("model"),
             upstream_ms=round(self.upstream_ms, 2),
             compaction=self.turn.compaction,
+            prompt_tokens=usage.prompt if usage is not None else None,
             tokens_before=report.get("tokens_before"),
             tokens_after=report.get("estimated_tokens_after"),
             summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,
