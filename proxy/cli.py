@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
 from proxy.admin import report_cli, sessions_cli
@@ -26,6 +27,9 @@ from proxy.settings import (
     default_store_url,
     load_settings,
 )
+
+if TYPE_CHECKING:
+    from proxy.server.metrics import Metrics
 
 COMMANDS = ("serve", "sessions", "report")
 
@@ -96,6 +100,13 @@ def _add_server_flags(serve: argparse.ArgumentParser) -> None:
         "also by a key-less admin (repeatable, or a comma list)",
     )
     add("--port", dest="port", help=f"bind port (default {_default('port')})")
+    add(
+        "--workers",
+        dest="workers",
+        metavar="N",
+        help="processes serving the port, sharing the store: an SQLite file or Redis, never "
+        f"memory:// (default {_default('workers')})",
+    )
     add(
         "--token-threshold",
         dest="token_threshold",
@@ -211,15 +222,29 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.server import allocator, lifecycle
-    from proxy.server.app import create_app
     from proxy.server.logging import configure_logging
 
     fields = set(Settings.model_fields)
     overrides = {key: value for key, value in vars(args).items() if key in fields}
     settings = load_settings(overrides)
-    configure_logging(settings.log_level, fmt=settings.log_format, colour=colour_allowed())
-    app = create_app(settings)
+    workers = settings.workers > 1
+    fmt, colour = settings.log_format, colour_allowed()
+    configure_logging(settings.log_level, fmt=fmt, colour=colour, pid=workers)
+    if workers:
+        from proxy.server import workers as processes
+
+        # N processes on one socket bound here (proxy.server.workers); each runs `_run`.
+        return processes.run(settings, functools.partial(_run, settings))
+    return _run(settings)
+
+
+def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) -> int:
+    """Serve one process: the proxy alone, or one of `--workers` (`metrics` and `serving`,
+    the socket and server class, are then the worker's)."""
+    from proxy.server import allocator, lifecycle
+    from proxy.server.app import create_app
+
+    app = create_app(settings, worker_metrics=metrics)
     # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
     allocator.tune_allocator()
     allocator.tune_collector()  # what exists now lives as long as the process
@@ -250,6 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,  # RequestLogMiddleware writes one JSON line per request
         log_config=None,  # keep the JSON logging configured above
         log_level=settings.log_level,
+        **serving,
     )
 
 

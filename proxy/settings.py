@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.errors import XunError
@@ -73,6 +73,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("body_timeout", "server.body_timeout", "XUN_BODY_TIMEOUT"),
     Option("send_timeout", "server.send_timeout", "XUN_SEND_TIMEOUT"),
     Option("allowed_hosts", "server.allowed_hosts", "XUN_ALLOWED_HOSTS", "--allowed-host"),
+    Option("workers", "server.workers", "XUN_WORKERS", "--workers"),
     Option("store_url", "store.url", "XUN_STORE", "--store"),
     Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
     Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
@@ -134,6 +135,12 @@ def default_store_url(env: Mapping[str, str] | None = None) -> str:
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
+def _in_process_store(url: str) -> bool:
+    """memory://, or an SQLite database in memory: nothing another process can see."""
+    lowered = url.strip().lower()
+    return lowered.startswith("memory:") or lowered.startswith("sqlite:///:memory:")
+
+
 DEFAULT_SESSION_HEADERS = ("X-Session-Id", "session_id", "session-id", "x-claude-code-session-id")
 
 
@@ -176,6 +183,8 @@ class Settings(BaseSettings):
     # The in-process cache of hot session states (0 entries: no cache); memory:// has none.
     store_cache_entries: int = Field(default=1024, ge=0)
     store_cache_bytes: int = Field(default=64 * MiB, ge=0)
+    # Processes serving the one port (proxy.server.workers). After store_url: checked against it.
+    workers: int = Field(default=1, ge=1)
 
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
@@ -280,6 +289,18 @@ class Settings(BaseSettings):
         value = value.strip()
         if not re.match(r"^(memory|sqlite|redis|rediss):", value, re.IGNORECASE):
             raise ValueError("must be memory://, sqlite:///path.db or redis://host:port/db")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: int, info: ValidationInfo) -> int:
+        store = str(info.data.get("store_url", ""))
+        if value > 1 and _in_process_store(store):
+            raise ValueError(
+                f"{value} workers cannot share {store}: it lives inside one process, so each "
+                "worker would keep sessions of its own; use sqlite:///path.db or "
+                "redis://host:port/db, or one worker"
+            )
         return value
 
     @field_validator("session_headers", mode="before")

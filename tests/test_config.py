@@ -49,6 +49,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "max_body_bytes": (1001, "1002", 1003, 1001, 1002, 1003),
     "body_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "send_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
+    "workers": (2, "3", 4, 2, 3, 4),
     "allowed_hosts": (
         ["f.example"], "e.example, E2.example", ["g.example"],
         ("f.example",), ("e.example", "e2.example"), ("g.example",),

@@ -53,16 +53,20 @@ def compaction_text(fields: Mapping[str, Any]) -> str:
 class ConsoleFormatter(logging.Formatter):
     """One readable line a record; the access log's lines in columns."""
 
-    def __init__(self, *, colour: bool = False, redact: Callable[..., dict[str, Any]]) -> None:
+    def __init__(
+        self, *, colour: bool = False, redact: Callable[..., dict[str, Any]], pid: bool = False
+    ) -> None:
         super().__init__()
         self.colour = colour
         self.redact = redact
+        self.pid = pid  # `[pid]` after the time: which worker wrote the line
 
     def paint(self, text: str, code: str | None) -> str:
         return f"{code}{text}{_RESET}" if self.colour and code else text
 
     def format(self, record: logging.LogRecord) -> str:
         when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S.%f")[:-3]
+        when += f" [{record.process}]" if self.pid else ""
         fields = getattr(record, "fields", None)
         fields = self.redact(fields) if isinstance(fields, Mapping) else {}
         if record.name == ACCESS_LOGGER and "status" in fields:

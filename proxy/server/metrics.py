@@ -6,16 +6,31 @@ put in `request.state.log_fields` (compaction, tokens, extract calls, store erro
 time, the wire: chat, responses or messages) and the matched route's path template. Labels
 never carry a session id, a tenant, a key or a raw path: only route templates, statuses and
 small fixed vocabularies.
+
+Under `--workers N` (proxy.server.workers) every worker's `Metrics(shared_dir=...)` keeps its
+values in files of prometheus_client's multiprocess mode, in a directory the main process
+creates and removes, and `/metrics` on any worker renders the sum over all of them: counters
+and histograms add up, the active-sessions gauge is the latest count taken, and
+`xun_worker_processes` is the number of workers alive.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    values,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -65,10 +80,21 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-class Metrics:
-    """Every metric of one proxy app, in its own registry."""
+def share_values(path: str) -> None:
+    """Keep the values of metrics made from now on in files under `path` (prometheus_client's
+    multiprocess mode), for the process's worker. The library reads the directory from its
+    environment variable, and picks the kind of value it stores when it is imported, so both
+    are set here, in the worker, before its `Metrics` is made."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
 
-    def __init__(self) -> None:
+
+class Metrics:
+    """Every metric of one proxy app, in its own registry; with `shared_dir`, the values of
+    every worker's (see the module doc), after `share_values(shared_dir)`."""
+
+    def __init__(self, *, shared_dir: str | None = None) -> None:
+        self.shared_dir = shared_dir
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
         self.requests = Counter(
@@ -136,18 +162,30 @@ class Metrics:
             registry=reg,
         )
         self._savings_metrics(reg)
-        self.active_sessions = Gauge(
-            "xun_active_sessions",
-            "Sessions in the store (counted at most every 10 s).",
-            registry=reg,
-        )
         self.memory_reclaim_seconds = Histogram(
             "xun_memory_reclaim_seconds",
             "Idle memory reclaims after traffic (full GC and malloc_trim), by duration.",
             buckets=_RECLAIM_BUCKETS,
             registry=reg,
         )
+        self._add_gauges(reg)
         self._counted_at = float("-inf")
+
+    def _add_gauges(self, reg: CollectorRegistry) -> None:
+        # How each sums over workers: the latest count taken, and one per live worker.
+        self.active_sessions = Gauge(
+            "xun_active_sessions",
+            "Sessions in the store (counted at most every 10 s).",
+            multiprocess_mode="livemostrecent",
+            registry=reg,
+        )
+        self.worker_processes = Gauge(
+            "xun_worker_processes",
+            "Worker processes serving the port and alive (--workers; 1 without).",
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.worker_processes.set(1)
 
     def _savings_metrics(self, reg: CollectorRegistry) -> None:
         # Savings by model (a price-table entry, else "other"): what the proxy billed, what
@@ -170,6 +208,7 @@ class Metrics:
             "xun_prompt_tokens_saved_total",
             "Prompt tokens saved: the direct estimate less every prompt token billed.",
             ["model"],
+            multiprocess_mode="sum",  # a running total: every worker's, dead ones' too
             registry=reg,
         )
         self.cost_sent = Counter(
@@ -188,6 +227,7 @@ class Metrics:
             "xun_cost_saved_total",
             "Money saved: the direct cost less what was billed, where a price is known.",
             ["model"],
+            multiprocess_mode="sum",
             registry=reg,
         )
 
@@ -302,7 +342,11 @@ class Metrics:
             self.store_errors.inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        every_worker = CollectorRegistry()
+        MultiProcessCollector(every_worker, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(every_worker)
 
 
 async def metrics_endpoint(request: Request) -> Response:

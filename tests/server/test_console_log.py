@@ -110,6 +110,19 @@ def test_json_unless_a_terminal_or_asked(reset_logging: None) -> None:
     assert LINE.match(stream.getvalue().strip()), stream.getvalue()
 
 
+def test_with_workers_every_line_names_its_process(reset_logging: None) -> None:
+    for fmt in ("json", "console"):
+        stream = io.StringIO()
+        configure_logging("info", stream, fmt, pid=True)
+        logging.getLogger(ACCESS_LOGGER).info("request", extra={"fields": {"status": 200}})
+        logging.getLogger("proxy.workers").info("workers started")
+        lines = stream.getvalue().splitlines()
+        if fmt == "json":
+            assert [json.loads(line)["pid"] for line in lines] == [os.getpid()] * 2
+        else:
+            assert all(f" [{os.getpid()}] " in line for line in lines), lines
+
+
 # -- the real command under a pseudo-terminal ----------------------------------------------
 
 
