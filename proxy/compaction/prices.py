@@ -15,6 +15,7 @@ from typing import Any
 
 from proxy.session.savings import Price
 
+MEMO_ENTRIES = 1024
 # input, cache read, cache write, output
 BUILT_IN: dict[str, tuple[float, float, float, float]] = {
     "gpt-4o": (2.50, 1.25, 2.50, 10.00),
@@ -52,14 +53,17 @@ class Prices:
         # Longest prefix first, so `gpt-4o-mini` is found before `gpt-4o`.
         self._ordered = sorted(table.items(), key=lambda item: -len(item[0]))
         self._table = table
+        self._found: dict[str, str | None] = {}
 
     def entry(self, model: str) -> str | None:
         """The table's name for a model (a small vocabulary, for metric labels); None if unknown."""
+        if model in self._found:
+            return self._found[model]
         name = model.rsplit("/", 1)[-1].lower()
-        for prefix, _ in self._ordered:
-            if name.startswith(prefix.lower()):
-                return prefix
-        return None
+        found = next((p for p, _ in self._ordered if name.startswith(p.lower())), None)
+        if len(self._found) < MEMO_ENTRIES:  # names come from clients: a bounded memo
+            self._found[model] = found
+        return found
 
     def __call__(self, model: str) -> Price | None:
         """The price of a model; None when no entry matches."""
