@@ -216,3 +216,14 @@ def test_streamed_turns_are_counted_too(
     # Nothing compacted: what was sent is what direct would have sent.
     assert (totals["requests"], totals["prompt_tokens_sent"]) == (3, billed)
     assert totals["prompt_tokens_direct"] == billed and totals["tokens_saved"] == 0
+
+
+def test_a_bad_window_or_grouping_is_a_400_in_openais_shape(make_proxy: Any) -> None:
+    proxy = make_proxy()
+    for params, param in (({"since": "yesterday"}, "since"), ({"by": "colour"}, "by")):
+        resp = httpx.get(proxy.url + "/admin/savings", params=params)
+        assert resp.status_code == 400, resp.text
+        error = resp.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == param
+    naive = httpx.get(proxy.url + "/admin/savings", params={"until": "2026-01-01T00:00:00"})
+    assert naive.status_code == 400 and "offset" in naive.json()["error"]["message"]
