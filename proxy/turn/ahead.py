@@ -295,6 +295,12 @@ class TurnAhead:
         return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks)
 
 
+def ahead_record(ahead: TurnAhead | None) -> dict[str, str]:
+    """What a turn did with a summary prepared ahead, for its turn record (nothing: none)."""
+    record = ahead.record if ahead is not None else None
+    return {} if record is None else {"summary_ahead": record}
+
+
 async def near(probe: Probe) -> bool:
     """Whether the strategy would summarise at one of the projected sizes."""
     econ = probe.economics

@@ -79,6 +79,9 @@ class Turn:
     def _rebuild(self, state: SessionState | None) -> Rebuild:
         received, written = self.hashed()
         rb = rebuild(self.history, state, written, received, self.wire.unmerge)
+        if state is not None and rb.state is not state:  # diverged: a prepared summary stays,
+            rb.state.ahead = state.ahead  # to be found stale (and counted) before any use
+            rb.state.ahead_seconds = state.ahead_seconds
         # A client with a tool of our tool's name gets the model's calls to it: no level-1
         # placeholder may send the model there (summaries still apply).
         rb.level1 = not self.wire.defines_extract_tool(self.wire.tools(self.body))
