@@ -84,6 +84,7 @@ class ShadowPipeline(Pipeline):
         written: Written | None = None,
     ) -> None:
         super().__init__(request, body, session_id, wire, upstream, written)
+        self.turn.ahead = None  # its summaries are stand-ins, made at once: none written ahead
         key = self.turn.key
         self.turn.key = SessionKey(tenant=key.tenant, session=shadow_session(session_id, wire.name))
         self.log_fields[SHADOW] = True
