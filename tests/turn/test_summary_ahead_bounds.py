@@ -24,6 +24,8 @@ from proxy.session.state import SessionState
 from proxy.store import open_store
 from proxy.store.base import SessionKey
 from tests.conftest import MakeProxy, OpenAIClientFactory, RunningProxy
+from tests.server.test_shadow import TURNS as SHADOW_TURNS
+from tests.server.test_shadow import chat_turn, read_next
 from tests.support.agent import SYSTEM, TOOLS, is_summary_request
 from tests.support.fake_upstream import FakeUpstream, Reply
 
@@ -199,3 +201,18 @@ def test_a_failed_summary_never_fails_a_request(
     assert ahead(proxy, "failed") >= 1
     assert set(agent.compactions) <= {"none", "toolcall"}
     assert max(agent.latencies[1:]) < 1.0
+
+
+def test_shadow_mode_writes_no_summary_ahead(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, openai_client: OpenAIClientFactory
+) -> None:
+    """Shadow mode's summaries are stand-ins made at once: its crossings show their summary
+    at once, with summaries ahead on, and nothing is written in the background."""
+    fake_upstream.default = read_next
+    proxy = make_proxy(token_threshold=3000, toolcall_keep_max=2, mode="shadow", summary_ahead=True)
+    client = openai_client(proxy, session="shadow-ahead")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files."}]
+    compactions = [chat_turn(client, messages, stream=False) for _ in range(SHADOW_TURNS * 2)]
+    assert "summary" in compactions, compactions
+    assert not any(is_summary_request(r.json) for r in fake_upstream.chat_requests)
+    assert ahead(proxy, "waiting") == 0 and ahead(proxy, "started") == 0
