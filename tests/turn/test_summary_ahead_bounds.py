@@ -2,7 +2,8 @@
 sharing a store, a stale one is dropped and counted, one in flight at shutdown is lost (nothing
 half-written is ever used), and a failed one never fails a request.
 
-Real proxies (uvicorn, SQLite store files) in front of the faithful fake upstream, driven by
+Real proxies (uvicorn; SQLite store files, and the shared Redis for the replicas) in front of
+the faithful fake upstream, driven by
 the openai SDK; the fake's summaries carry an id (`SUMMARY-n`), so a test sees which of them
 reached the model.
 """
@@ -14,16 +15,20 @@ import json
 import re
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from proxy.session.state import SessionState
 from proxy.store import open_store
 from proxy.store.base import SessionKey
 from tests.conftest import MakeProxy, OpenAIClientFactory, RunningProxy
+from tests.scale.conftest import SHARED_REDIS, drop_keys
 from tests.server.test_shadow import TURNS as SHADOW_TURNS
 from tests.server.test_shadow import chat_turn, read_next
 from tests.support.agent import SYSTEM, TOOLS, is_summary_request
@@ -118,14 +123,25 @@ def stored(url: str, session: str) -> SessionState | None:
     return asyncio.run(read())
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store two replicas share: an SQLite file, or a private namespace of the shared Redis."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    prefix = f"xunahead:{uuid.uuid4().hex}:"
+    yield f"{SHARED_REDIS}/13?prefix={prefix}"
+    asyncio.run(drop_keys(f"{SHARED_REDIS}/13", prefix))
+
+
 def test_replicas_write_one_summary_at_a_time(
     fake_upstream: FakeUpstream,
     make_proxy: MakeProxy,
     openai_client: OpenAIClientFactory,
-    tmp_path: Path,
+    shared_store: str,
 ) -> None:
     fake_upstream.default = model = Model(delay=1.5)
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    url = shared_store
     replicas = [make_proxy(store_url=url, **SETTINGS) for _ in range(2)]
     clients = [openai_client(p, session="replicated") for p in replicas]
     agent = Agent(clients[0])
