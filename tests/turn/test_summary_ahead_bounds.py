@@ -3,9 +3,8 @@ sharing a store, a stale one is dropped and counted, one in flight at shutdown i
 half-written is ever used), and a failed one never fails a request.
 
 Real proxies (uvicorn; SQLite store files, and the shared Redis for the replicas) in front of
-the faithful fake upstream, driven by
-the openai SDK; the fake's summaries carry an id (`SUMMARY-n`), so a test sees which of them
-reached the model.
+the faithful fake upstream, driven by the openai SDK; the fake's summaries carry an id
+(`SUMMARY-n`), so a test sees which of them reached the model.
 """
 
 from __future__ import annotations
