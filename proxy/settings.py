@@ -96,6 +96,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
+    Option("cache_lifetimes", "auto_compact.cache_lifetimes", "XUN_CACHE_LIFETIMES"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
     Option("tenant_header", "session.tenant_header", "XUN_TENANT_HEADER", "--tenant-header"),
@@ -198,6 +199,9 @@ class Settings(BaseSettings):
     cache_write_factors: dict[str, _WriteFactor | dict[Literal["5m", "1h"], _WriteFactor]] = Field(
         default_factory=dict
     )
+    # Seconds a provider keeps an unused prompt cache, by model-name prefix, when the request
+    # asks for no lifetime of its own; proxy.compaction.cache_life has the defaults.
+    cache_lifetimes: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
 
     admin_key: SecretStr | None = None
     # X-Session-Id, then the ids agents send on their own: Codex CLI (`session_id`, or
@@ -323,6 +327,11 @@ class Settings(BaseSettings):
         return None if self.upstream_api_key is None else self.upstream_api_key.get_secret_value()
 
 
+_JSON_FIELDS = frozenset(
+    {"context_windows", "cache_read_factors", "cache_write_factors", "cache_lifetimes"}
+)
+
+
 def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     values: dict[str, tuple[Any, str]] = {}
     errors: list[str] = []
@@ -330,7 +339,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if option.env is None or option.env not in env:
             continue
         raw: Any = env[option.env]
-        if option.field in ("context_windows", "cache_read_factors", "cache_write_factors"):
+        if option.field in _JSON_FIELDS:
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:

@@ -88,6 +88,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
         {"m": {"1h": 2.5}},
         {"m": {"5m": 1.1, "1h": 3.0}},
     ),
+    "cache_lifetimes": ({"m": 60}, '{"m": 120}', {"m": 30}, {"m": 60.0}, {"m": 120.0}, {"m": 30.0}),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
     "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),

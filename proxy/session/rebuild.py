@@ -366,6 +366,7 @@ def record_turn(
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
+    cache_cold: bool = False,
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage.
 
@@ -390,6 +391,7 @@ def record_turn(
             "cached_tokens": cached_tokens,
             **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
+            **({"cache_cold": True} if cache_cold else {}),
         }
     )
     return state

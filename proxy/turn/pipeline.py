@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
+from proxy.compaction.cache_life import cache_cold
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
 from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
@@ -65,6 +66,9 @@ class Pipeline:
         self.request = request
         self.wire = wire
         self.settings = app_state.settings
+        # The clock of the turn records and of the cache's age (tests set `app.state.clock`).
+        self.clock = getattr(app_state, "clock", time.time)
+        self._cache_cold: bool | None = None
         self.upstream: Upstream = upstream or app_state.upstream
         self.compactor: CompactorAbstract = app_state.compactor
         self.client_body = body
@@ -152,6 +156,7 @@ class Pipeline:
                 threshold = threshold or self.threshold()
                 step = ForcedSummary(self.settings.toolcall_keep_max, keep)
                 force_tokens = max(threshold * 2, 1)
+        self.cache_cold()  # judged on the turns before this one, at the request's arrival
         if self.compaction_enabled():
             await self.turn.compact(
                 step or self.compactor,
@@ -163,6 +168,20 @@ class Pipeline:
             )
             if self.turn.compaction in ("toolcall", "summary"):
                 await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def cache_cold(self) -> bool:
+        """Whether the session's prompt cache expired since its last request
+        (`proxy.compaction.cache_life`); judged once, when first asked."""
+        if self._cache_cold is None:
+            rb = self.turn.rb
+            self._cache_cold = rb is not None and cache_cold(
+                rb.state.turn_log,
+                self.clock(),
+                str(self.client_body.get("model") or ""),
+                self.wire.cache_ttl(self.client_body),
+                self.settings.cache_lifetimes,
+            )
+        return self._cache_cold
 
     def economics(self, *, force: bool = False) -> Economics | None:
         """What the session's prompt cache is worth, for cost-aware compactors."""
@@ -190,6 +209,7 @@ class Pipeline:
             fixed_chars=self.tools_chars(),
             write_factor=writes[0],
             write_share=writes[1],
+            cache_cold=self.cache_cold(),
         )
 
     def tools_chars(self) -> int:
@@ -396,6 +416,8 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
+                    now=self.clock(),
+                    cache_cold=self.cache_cold(),
                 )
             await self.turn.save(wait=False)
         report = self.turn.reports[-1] if self.turn.reports else {}
