@@ -26,6 +26,23 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", dest="store_url", metavar="URL", help="memory://, sqlite:///…")
 
 
+def _add_summary_flags(serve: argparse.ArgumentParser) -> None:
+    add = serve.add_argument
+    add("--summary-model", dest="summary_model", metavar="NAME", help="model for summaries")
+    add(
+        "--summary-upstream",
+        dest="summary_upstream",
+        metavar="URL",
+        help="OpenAI-compatible base URL for summaries (Chat Completions)",
+    )
+    add(
+        "--summary-upstream-api-key",
+        dest="summary_upstream_api_key",
+        metavar="KEY",
+        help="key sent to --summary-upstream",
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xun-proxy",
@@ -63,7 +80,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="pass everything through uncompacted",
     )
     add("--admin-key", dest="admin_key", metavar="KEY", help="bearer key for /admin routes")
-    add("--summary-model", dest="summary_model", metavar="NAME", help="model for summaries")
+    _add_summary_flags(serve)
     add(
         "--session-header",
         dest="session_headers",

@@ -85,6 +85,18 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
+    Option(
+        "summary_upstream",
+        "auto_compact.summary_upstream",
+        "XUN_SUMMARY_UPSTREAM",
+        "--summary-upstream",
+    ),
+    Option(
+        "summary_upstream_api_key",
+        "auto_compact.summary_upstream_api_key",
+        "XUN_SUMMARY_UPSTREAM_API_KEY",
+        "--summary-upstream-api-key",
+    ),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
     Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),
@@ -177,6 +189,9 @@ class Settings(BaseSettings):
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
     summary_model: str | None = None
+    # An OpenAI-compatible server of their own for summaries (Chat Completions), and its key.
+    summary_upstream: str | None = None
+    summary_upstream_api_key: SecretStr | None = None
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
     # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the
@@ -229,9 +244,11 @@ class Settings(BaseSettings):
         # load_settings merges env and file itself; constructing Settings never reads os.environ.
         return (init_settings,)
 
-    @field_validator("upstream_base_url", "anthropic_base_url")
+    @field_validator("upstream_base_url", "anthropic_base_url", "summary_upstream")
     @classmethod
-    def _check_upstream(cls, value: str) -> str:
+    def _check_upstream(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip()
         if not re.match(r"^https?://[^/?#\s]+", value):
             raise ValueError("must be an absolute http:// or https:// URL")
@@ -284,7 +301,9 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("upstream_api_key", "anthropic_api_key", "admin_key")
+    @field_validator(
+        "upstream_api_key", "anthropic_api_key", "summary_upstream_api_key", "admin_key"
+    )
     @classmethod
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
         # Stripped: a key file or a Kubernetes secret ends in a newline the key never has.

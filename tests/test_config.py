@@ -63,6 +63,10 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "token_threshold": (100, "200", 300, 100, 200, 300),
     "auto_compact_enabled": (False, "true", False, False, True, False),
     "summary_model": ("m-f", "m-e", "m-g", "m-f", "m-e", "m-g"),
+    "summary_upstream": (
+        "http://f/v1", "http://e/v1 ", "http://g/v1/", "http://f/v1", "http://e/v1", "http://g/v1",
+    ),
+    "summary_upstream_api_key": ("sk-s-f", "sk-s-e", "sk-s-g", "sk-s-f", "sk-s-e", "sk-s-g"),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
     "tail_max_tokens": (6, "7", 8, 6, 7, 8),

@@ -38,6 +38,7 @@ from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
+from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
@@ -123,8 +124,15 @@ class Pipeline:
         return bool(self.settings.auto_compact_enabled)
 
     async def post_summary(self, chat_body: JSON) -> JSON:
-        """A summary request, made in the session's own API."""
+        """A summary request, made in the session's own API (or in Chat Completions to the
+        summary upstream, when one is set)."""
         started = time.perf_counter()
+        elsewhere = getattr(self.request.app.state, "summary_upstream", None)
+        if elsewhere is not None:
+            try:
+                return await post_summary_elsewhere(elsewhere, self.settings, chat_body)
+            finally:
+                self.upstream_ms += (time.perf_counter() - started) * 1000
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
             status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
@@ -162,12 +170,20 @@ class Pipeline:
                 step or self.compactor,
                 threshold=threshold or self.threshold(),
                 post=self.post_summary,
-                summary_model=self.settings.summary_model,
+                summary_model=self.summary_model(),
                 force_tokens=force_tokens,
                 economics=functools.partial(self.economics, force=force_tokens is not None),
             )
             if self.turn.compaction in ("toolcall", "summary"):
                 await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def summary_model(self) -> str | None:
+        """The summary model when it is not the session's own: a summary upstream never reads
+        the session's cached prefix, so its requests do not repeat it."""
+        chosen: str | None = self.settings.summary_model
+        if self.settings.summary_upstream is None:
+            return chosen
+        return chosen or str(self.client_body.get("model") or "")
 
     def cache_cold(self) -> bool:
         """Whether the session's prompt cache expired since its last request
