@@ -197,6 +197,8 @@ class Pipeline:
                 self.wire.cache_ttl(self.client_body),
                 self.settings.cache_lifetimes,
             )
+            if self._cache_cold:
+                self.log_fields["cache_cold"] = True
         return self._cache_cold
 
     def economics(self, *, force: bool = False) -> Economics | None:
