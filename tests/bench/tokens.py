@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -50,7 +51,9 @@ def _bpe_openai_cache() -> Path | None:
     """A tiktoken cache folder holding o200k_base, from the copy the `bpe-openai` package
     ships (PyPI, in the bench extra); tiktoken checks the file's SHA-256 itself."""
     try:
-        packed = (resources.files("bpe_openai.data") / "o200k_base.tiktoken.gz").read_bytes()
+        with warnings.catch_warnings():  # the package imports with a DeprecationWarning
+            warnings.simplefilter("ignore", DeprecationWarning)
+            packed = (resources.files("bpe_openai.data") / "o200k_base.tiktoken.gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError):
         return None
     folder = Path(tempfile.gettempdir()) / "xun-bench-tiktoken"
