@@ -101,3 +101,21 @@ def test_a_session_waiting_for_break_even_compacts_when_its_cache_went_cold() ->
     small = session(2)
     assert small.total_tokens is not None and small.total_tokens < THRESHOLD
     assert decide(small, econ(True)) == (False, "none")
+
+
+def test_each_wire_reads_the_lifetime_the_request_asks_for() -> None:
+    from proxy.wire.chat.adapter import ChatWire
+    from proxy.wire.messages.adapter import MessagesWire
+    from proxy.wire.responses.adapter import ResponsesWire
+
+    chat, responses, messages = ChatWire(), ResponsesWire(), MessagesWire()
+    assert chat.cache_ttl({"prompt_cache_retention": "24h"}) == "24h"
+    assert chat.cache_ttl({"prompt_cache_retention": "in_memory"}) is None
+    assert responses.cache_ttl({"prompt_cache_retention": "24h"}) == "24h"
+    assert responses.cache_ttl({}) is None
+    mark = {"type": "ephemeral", "ttl": "1h"}
+    block = {"type": "text", "text": "hi", "cache_control": mark}
+    marked = {"messages": [{"role": "user", "content": [block]}]}
+    assert messages.cache_ttl(marked) == "1h"
+    assert lifetime_for("claude-x", messages.cache_ttl(marked)) == 3600.0
+    assert lifetime_for("gpt-5.6", chat.cache_ttl({"prompt_cache_retention": "24h"})) == 86400.0
