@@ -144,6 +144,19 @@ def _add_server_flags(serve: argparse.ArgumentParser) -> None:
         help="model for summaries (default: the request's model)",
     )
     add(
+        "--summary-upstream",
+        dest="summary_upstream",
+        metavar="URL",
+        help="OpenAI-compatible base URL for summaries, asked in Chat Completions "
+        "(default: none, summaries go where the session's requests go)",
+    )
+    add(
+        "--summary-upstream-api-key",
+        dest="summary_upstream_api_key",
+        metavar="KEY",
+        help="key sent to --summary-upstream (default: none)",
+    )
+    add(
         "--prices",
         dest="prices",
         metavar="FILE",

@@ -88,6 +88,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
     Option("mode", "auto_compact.mode", "XUN_MODE", "--mode"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
+    Option(
+        "summary_upstream",
+        "auto_compact.summary_upstream",
+        "XUN_SUMMARY_UPSTREAM",
+        "--summary-upstream",
+    ),
+    Option(
+        "summary_upstream_api_key",
+        "auto_compact.summary_upstream_api_key",
+        "XUN_SUMMARY_UPSTREAM_API_KEY",
+        "--summary-upstream-api-key",
+    ),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
     Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),
@@ -99,6 +111,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
+    Option("cache_lifetimes", "auto_compact.cache_lifetimes", "XUN_CACHE_LIFETIMES"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
     Option("prices", "savings.prices", "XUN_PRICES", "--prices"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
@@ -192,6 +205,9 @@ class Settings(BaseSettings):
     # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
     mode: Literal["compact", "shadow"] = "compact"
     summary_model: str | None = None
+    # An OpenAI-compatible server of their own for summaries (Chat Completions), and its key.
+    summary_upstream: str | None = None
+    summary_upstream_api_key: SecretStr | None = None
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
     # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the
@@ -214,6 +230,9 @@ class Settings(BaseSettings):
     cache_write_factors: dict[str, _WriteFactor | dict[Literal["5m", "1h"], _WriteFactor]] = Field(
         default_factory=dict
     )
+    # Seconds a provider keeps an unused prompt cache, by model-name prefix, when the request
+    # asks for no lifetime of its own; proxy.compaction.cache_life has the defaults.
+    cache_lifetimes: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
 
     admin_key: SecretStr | None = None
     # Model prices for the savings reports, by model-name prefix, in money per million tokens
@@ -250,9 +269,11 @@ class Settings(BaseSettings):
         # load_settings merges env and file itself; constructing Settings never reads os.environ.
         return (init_settings,)
 
-    @field_validator("upstream_base_url", "anthropic_base_url")
+    @field_validator("upstream_base_url", "anthropic_base_url", "summary_upstream")
     @classmethod
-    def _check_upstream(cls, value: str) -> str:
+    def _check_upstream(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip()
         if not re.match(r"^https?://[^/?#\s]+", value):
             raise ValueError("must be an absolute http:// or https:// URL")
@@ -342,7 +363,9 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("upstream_api_key", "anthropic_api_key", "admin_key")
+    @field_validator(
+        "upstream_api_key", "anthropic_api_key", "summary_upstream_api_key", "admin_key"
+    )
     @classmethod
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
         # Stripped: a key file or a Kubernetes secret ends in a newline the key never has.
@@ -392,6 +415,11 @@ def colour_allowed(env: Mapping[str, str] | None = None) -> bool:
     return not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
 
 
+_JSON_FIELDS = frozenset(
+    {"context_windows", "cache_read_factors", "cache_write_factors", "cache_lifetimes"}
+)
+
+
 def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     values: dict[str, tuple[Any, str]] = {}
     errors: list[str] = []
@@ -399,7 +427,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if option.env is None or option.env not in env:
             continue
         raw: Any = env[option.env]
-        if option.field in ("context_windows", "cache_read_factors", "cache_write_factors"):
+        if option.field in _JSON_FIELDS:
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:

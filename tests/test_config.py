@@ -65,6 +65,10 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "auto_compact_enabled": (False, "true", False, False, True, False),
     "mode": ("shadow", "compact", "shadow", "shadow", "compact", "shadow"),
     "summary_model": ("m-f", "m-e", "m-g", "m-f", "m-e", "m-g"),
+    "summary_upstream": (
+        "http://f/v1", "http://e/v1 ", "http://g/v1/", "http://f/v1", "http://e/v1", "http://g/v1",
+    ),
+    "summary_upstream_api_key": ("sk-s-f", "sk-s-e", "sk-s-g", "sk-s-f", "sk-s-e", "sk-s-g"),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
     "tail_max_tokens": (6, "7", 8, 6, 7, 8),
@@ -98,6 +102,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
         {"m": {"input": 2.0, "output": 8.0}},
         {"m": {"input": 3.0}},
     ),
+    "cache_lifetimes": ({"m": 60}, '{"m": 120}', {"m": 30}, {"m": 60.0}, {"m": 120.0}, {"m": 30.0}),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
     "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),

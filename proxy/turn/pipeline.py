@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
+from proxy.compaction.cache_life import cache_cold
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
 from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
 from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
@@ -38,6 +39,7 @@ from proxy.trail import counts as trail_counts
 from proxy.turn import savings
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
+from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
@@ -66,6 +68,9 @@ class Pipeline:
         self.request = request
         self.wire = wire
         self.settings = app_state.settings
+        # The clock of the turn records and of the cache's age (tests set `app.state.clock`).
+        self.clock = getattr(app_state, "clock", time.time)
+        self._cache_cold: bool | None = None
         self.upstream: Upstream = upstream or app_state.upstream
         self.compactor: CompactorAbstract = app_state.compactor
         self.client_body = body
@@ -121,8 +126,15 @@ class Pipeline:
         return bool(self.settings.auto_compact_enabled)
 
     async def post_summary(self, chat_body: JSON) -> JSON:
-        """A summary request, made in the session's own API."""
+        """A summary request, made in the session's own API (or in Chat Completions to the
+        summary upstream, when one is set)."""
         started = time.perf_counter()
+        elsewhere = getattr(self.request.app.state, "summary_upstream", None)
+        if elsewhere is not None:
+            try:
+                return await post_summary_elsewhere(elsewhere, self.settings, chat_body)
+            finally:
+                self.upstream_ms += (time.perf_counter() - started) * 1000
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
             status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
@@ -159,17 +171,42 @@ class Pipeline:
                 threshold = threshold or self.threshold()
                 step = ForcedSummary(self.settings.toolcall_keep_max, keep)
                 force_tokens = max(threshold * 2, 1)
+        self.cache_cold()  # judged on the turns before this one, at the request's arrival
         if self.compaction_enabled():
             await self.turn.compact(
                 step or self.compactor,
                 threshold=threshold or self.threshold(),
                 post=self.post_summary,
-                summary_model=self.settings.summary_model,
+                summary_model=self.summary_model(),
                 force_tokens=force_tokens,
                 economics=functools.partial(self.economics, force=force_tokens is not None),
             )
             if self.turn.compaction in ("toolcall", "summary"):
                 await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def summary_model(self) -> str | None:
+        """The summary model when it is not the session's own: a summary upstream never reads
+        the session's cached prefix, so its requests do not repeat it."""
+        chosen: str | None = self.settings.summary_model
+        if self.settings.summary_upstream is None:
+            return chosen
+        return chosen or str(self.client_body.get("model") or "")
+
+    def cache_cold(self) -> bool:
+        """Whether the session's prompt cache expired since its last request
+        (`proxy.compaction.cache_life`); judged once, when first asked."""
+        if self._cache_cold is None:
+            rb = self.turn.rb
+            self._cache_cold = rb is not None and cache_cold(
+                rb.state.turn_log,
+                self.clock(),
+                str(self.client_body.get("model") or ""),
+                self.wire.cache_ttl(self.client_body),
+                self.settings.cache_lifetimes,
+            )
+            if self._cache_cold:
+                self.log_fields["cache_cold"] = True
+        return self._cache_cold
 
     def economics(self, *, force: bool = False) -> Economics | None:
         """What the session's prompt cache is worth, for cost-aware compactors."""
@@ -197,6 +234,7 @@ class Pipeline:
             fixed_chars=self.tools_chars(),
             write_factor=writes[0],
             write_share=writes[1],
+            cache_cold=self.cache_cold(),
         )
 
     def tools_chars(self) -> int:
@@ -411,6 +449,8 @@ class Pipeline:
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
                     extra={"savings": saved},
+                    now=self.clock(),
+                    cache_cold=self.cache_cold(),
                 )
                 vec = savings.count(rb, saved)
                 if vec is not None:

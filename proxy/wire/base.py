@@ -131,8 +131,10 @@ class Wire(Protocol):
         ...
 
     def cache_ttl(self, body: JSON) -> str | None:
-        """The cache lifetime the request asks for where the API lets it ("5m", "1h"): it
-        sets the price of cache writes (`proxy.compaction.economics.write_factor_for`)."""
+        """The cache lifetime the request asks for where the API lets it ("5m", "1h"; "24h",
+        OpenAI's `prompt_cache_retention`): it sets the price of cache writes
+        (`proxy.compaction.economics.write_factor_for`) and how long the cache stays warm
+        (`proxy.compaction.cache_life`)."""
         ...
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:

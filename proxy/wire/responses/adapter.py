@@ -142,7 +142,9 @@ class ResponsesWire:
         return asks_responses(body)
 
     def cache_ttl(self, body: JSON) -> str | None:
-        return None  # OpenAI caches on its own; its write price does not depend on a TTL
+        # OpenAI caches on its own, for minutes unless asked to keep it 24 h (the lifetime
+        # counts in `proxy.compaction.cache_life`; the write price does not depend on it).
+        return "24h" if body.get("prompt_cache_retention") == "24h" else None
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)
