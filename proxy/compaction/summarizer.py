@@ -109,8 +109,6 @@ class Summarizer:
     # the instruction at the end, so the provider serves it from its prompt cache.
     prefix: list[dict[str, Any]] | None = None
     calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
     @property
     def shares_prefix(self) -> bool:
@@ -188,9 +186,6 @@ class Summarizer:
     async def _send(self, body: dict[str, Any]) -> str | None:
         self.calls += 1
         reply = await self.post(body)
-        usage = reply.get("usage") or {}
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
         choices = reply.get("choices") or []
         message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
         text = content_text(message.get("content")) if isinstance(message, dict) else ""

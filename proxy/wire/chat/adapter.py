@@ -23,11 +23,11 @@ from proxy.wire.chat.relay import (
     relay_completion,
     relay_event,
     usage_chunk,
-    usage_sum,
     visible_message,
 )
 from proxy.wire.chat.reply import checked_completion
 from proxy.wire.sse import DONE
+from proxy.wire.usage import CHAT, usage_sum
 
 _MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 
@@ -100,7 +100,7 @@ class ChatRelay:
         if hidden_last and self.last_chunk is not None:
             # Out of extract rounds: end the reply the client saw normally.
             out.append(finish_chunk(self.chunk_id, self.last_chunk))
-        total = usage_sum(self.usages)
+        total = usage_sum(self.usages, CHAT)
         if self.wants_usage and total is not None and self.last_chunk is not None:
             out.append(usage_chunk(self.chunk_id, self.last_chunk, total))
         out.append(DONE)
@@ -230,7 +230,7 @@ class ChatWire:
                 if not shown.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
                     choice["finish_reason"] = "stop"
                 choice["message"] = shown
-        total = usage_sum([r.raw.get("usage") or {} for r in rounds])
+        total = usage_sum([r.raw.get("usage") or {} for r in rounds], CHAT)
         if total is not None:
             completion["usage"] = total
         return completion
