@@ -27,7 +27,7 @@ from proxy.admin.base import (
     wire_of,
 )
 from proxy.compact import CompactionContext, compact_conversation
-from proxy.compaction.summarizer import ContextLengthExceeded, Summarizer, is_context_length_error
+from proxy.compaction.summarizer import ContextLengthExceeded, Summarizer
 from proxy.errors import InvalidRequest, UpstreamError
 from proxy.session.rebuild import Rebuild, apply_compaction
 from proxy.session.state import SessionState
@@ -36,6 +36,7 @@ from proxy.store import StoredSession, StoreError, VersionConflict
 from proxy.trail import counts as trail_counts
 from proxy.upstream.client import Upstream
 from proxy.wire.base import Wire
+from proxy.wire.refusal import is_length_refusal
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -85,7 +86,7 @@ def _summary_post(
         status, data, _ = await upstream.post_json(wire.path, sent, headers)
         if status == 200 and isinstance(data, dict):
             return wire.summary_reply(data)
-        if is_context_length_error(status, data):
+        if is_length_refusal(status, data):
             raise ContextLengthExceeded(str(status))
         error = data.get("error") if isinstance(data, dict) else None
         message = error.get("message") if isinstance(error, dict) else None

@@ -51,31 +51,6 @@ class ContextLengthExceeded(DegradeError):
 
 PostFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
-_LENGTH_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context length",
-    "context window",
-    "too many tokens",
-    "prompt is too long",
-    "input is too long",
-    "reduce the length",
-)
-
-
-def is_context_length_error(status: int, body: Any) -> bool:
-    """Whether an upstream error answer means 'the prompt is too long'."""
-    if status not in (400, 413, 422):
-        return False
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        if err.get("code") == "context_length_exceeded":
-            return True
-        text = str(err.get("message") or "").lower()
-    else:
-        text = str(body).lower()
-    return any(marker in text for marker in _LENGTH_MARKERS)
-
 
 def _split_point(span: list[dict[str, Any]]) -> int | None:
     """An index near the middle where a piece may start (never at a tool result)."""

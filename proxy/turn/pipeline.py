@@ -23,8 +23,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
-from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
-from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder
+from proxy.compaction.summarizer import ContextLengthExceeded
 from proxy.compaction.windows import known_window, threshold_for
 from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
@@ -40,6 +40,7 @@ from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
+from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
 
 log = logging.getLogger("proxy.pipeline")
 
@@ -128,7 +129,7 @@ class Pipeline:
             self.upstream_ms += (time.perf_counter() - started) * 1000
         if status == 200 and isinstance(data, dict):
             return self.wire.summary_reply(data)
-        if is_context_length_error(status, data):
+        if is_length_refusal(status, data):
             raise ContextLengthExceeded(str(status))
         raise UpstreamError(f"summary request failed with status {status}")
 
@@ -228,7 +229,7 @@ class Pipeline:
         rb = self.turn.rb
         if rb is None or not self.compaction_enabled() or self.turn.degraded:
             return False
-        window = self.wire.learned_window(error_body)
+        window = window_of(error_body)
         if window:
             rb.state.context_window = window
         missing = missing_tokens(error_body)
@@ -290,7 +291,7 @@ class Pipeline:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 data = None
-            if is_context_length_error(resp.status_code, data) and await self.escalate(data):
+            if is_length_refusal(resp.status_code, data) and await self.escalate(data):
                 body = self.current_body()
                 continue
             return None, Response(

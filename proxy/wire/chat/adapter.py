@@ -7,7 +7,6 @@ calls in replies and chunks (`proxy.wire.chat.relay`), and renders errors in Ope
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
@@ -28,8 +27,6 @@ from proxy.wire.chat.relay import (
 from proxy.wire.chat.reply import checked_completion
 from proxy.wire.sse import DONE
 from proxy.wire.usage import CHAT, usage_sum
-
-_MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
 
 
 def usage_of(usage: Any) -> Usage | None:
@@ -251,9 +248,3 @@ class ChatWire:
         self, status: int, message: str, type_: str, code: str | None, param: str | None = None
     ) -> JSON:
         return error_payload(message, type_, code, param)
-
-    def learned_window(self, error_body: Any) -> int | None:
-        err = error_body.get("error") if isinstance(error_body, dict) else None
-        text = str(err.get("message") if isinstance(err, dict) else error_body)
-        m = _MAX_CONTEXT.search(text)
-        return int(m.group(1)) if m else None
