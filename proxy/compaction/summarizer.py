@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, SUMMARY_PROMPT
-from proxy.errors import DegradeError
+from proxy.errors import ContextLengthExceeded
 from proxy.session.extract_tool import content_text
 
 SHARED_NOTE = (
@@ -43,10 +43,6 @@ def holds_summary(message: dict[str, Any]) -> bool:
     """Whether a message is an earlier summary (the proxy's fenced one, or a carried piece)."""
     text = content_text(message.get("content")) if message.get("role") == "system" else ""
     return text.startswith((_SUMMARY_HEAD, _CARRIED_HEAD))
-
-
-class ContextLengthExceeded(DegradeError):
-    """Upstream refused a request because the prompt does not fit the model's window."""
 
 
 PostFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -24,9 +24,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.compact import CompactorAbstract
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
 from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder
-from proxy.compaction.summarizer import ContextLengthExceeded
 from proxy.compaction.windows import known_window, threshold_for
-from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
+from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
 from proxy.session.hidden_rounds import answer_messages, round_entry
 from proxy.session.identity import session_key, tenant_of
@@ -41,6 +40,7 @@ from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
 from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
+from proxy.wire.summary import post_summary
 
 log = logging.getLogger("proxy.pipeline")
 
@@ -124,14 +124,9 @@ class Pipeline:
         started = time.perf_counter()
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
-            status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
+            return await post_summary(self.wire, self.upstream.post_json, summary, self.headers)
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
-        if status == 200 and isinstance(data, dict):
-            return self.wire.summary_reply(data)
-        if is_length_refusal(status, data):
-            raise ContextLengthExceeded(str(status))
-        raise UpstreamError(f"summary request failed with status {status}")
 
     async def prepare(
         self,
