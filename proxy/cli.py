@@ -2,6 +2,7 @@
 
     xun-proxy [serve] [--upstream URL] [--port N] [--store URL] ...
     xun-proxy sessions ls|show|export|rm [--store URL] ...   (see proxy.admin.sessions_cli)
+    xun-proxy report [--since 24h] [--by model|tenant|session] ...   (proxy.admin.report_cli)
 
 Flags only collect values; `proxy.settings.load_settings` merges them with the environment
 and the config file and validates everything, so errors read the same whatever the source.
@@ -11,65 +12,156 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
-from proxy.admin import sessions_cli
-from proxy.settings import ConfigError, Settings, load_settings
+from proxy.admin import report_cli, sessions_cli
+from proxy.compaction.windows import CAP_WINDOW_SHARE, DEFAULT_WINDOW_SHARE
+from proxy.settings import (
+    ConfigError,
+    Settings,
+    colour_allowed,
+    default_store_url,
+    load_settings,
+)
 
-COMMANDS = ("serve", "sessions")
+if TYPE_CHECKING:
+    from proxy.server.metrics import Metrics
+
+COMMANDS = ("serve", "sessions", "report")
+
+
+def _default(field: str) -> Any:
+    """A setting's default, as `Settings` has it: the help texts quote these."""
+    info = Settings.model_fields[field]
+    factory = info.default_factory
+    return factory() if factory is not None else info.default  # type: ignore[call-arg]
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:g}%%"  # argparse expands % in help texts
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", dest="config_file", metavar="FILE", help="YAML config file")
-    parser.add_argument("--store", dest="store_url", metavar="URL", help="memory://, sqlite:///…")
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="xun-proxy",
-        description="A transparent OpenAI-compatible proxy that compacts long agent sessions.",
+    parser.add_argument(
+        "--config", dest="config_file", metavar="FILE", help="YAML file with the config keys"
     )
-    parser.add_argument("--version", action="version", version=f"xun-proxy {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{serve,sessions}")
+    parser.add_argument(
+        "--store",
+        dest="store_url",
+        metavar="URL",
+        help="where session state lives: sqlite:///PATH.db, memory:// or redis://host:port/db "
+        f"(default {default_store_url()})",
+    )
 
-    serve = commands.add_parser("serve", help="run the proxy (the default command)")
+
+def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     _add_config_flags(serve)
     add = serve.add_argument
-    add("--upstream", dest="upstream_base_url", metavar="URL", help="upstream API base URL")
-    add("--upstream-api-key", dest="upstream_api_key", metavar="KEY", help="key sent upstream")
+    add(
+        "--upstream",
+        dest="upstream_base_url",
+        metavar="URL",
+        help=f"OpenAI-compatible upstream base URL (default {_default('upstream_base_url')})",
+    )
+    add(
+        "--upstream-api-key",
+        dest="upstream_api_key",
+        metavar="KEY",
+        help="the proxy's own key for the upstream (default: none, the client's credentials "
+        "pass through)",
+    )
     add(
         "--anthropic-upstream",
         dest="anthropic_base_url",
         metavar="URL",
-        help="Anthropic API base URL for /v1/messages (as ANTHROPIC_BASE_URL)",
+        help="Anthropic API base URL, as ANTHROPIC_BASE_URL takes it, for /v1/messages and "
+        f"requests with Anthropic's headers (default {_default('anthropic_base_url')})",
     )
-    add("--host", dest="host", help="bind address (default 127.0.0.1)")
+    _add_server_flags(serve)
+
+
+def _add_server_flags(serve: argparse.ArgumentParser) -> None:
+    add = serve.add_argument
+    add("--host", dest="host", help=f"bind address (default {_default('host')})")
     add(
         "--allowed-host",
         dest="allowed_hosts",
         metavar="NAME",
         action="append",
-        help="with --upstream-api-key: a Host name served besides loopback ones (repeatable)",
+        help="with --upstream-api-key: a Host name (no port) served besides loopback ones, "
+        "also by a key-less admin (repeatable, or a comma list)",
     )
-    add("--port", dest="port", help="bind port (default 8484)")
-    add("--token-threshold", dest="token_threshold", metavar="N", help="compact above N tokens")
+    add("--port", dest="port", help=f"bind port (default {_default('port')})")
+    add(
+        "--workers",
+        dest="workers",
+        metavar="N",
+        help="processes serving the port, sharing the store: an SQLite file or Redis, never "
+        f"memory:// (default {_default('workers')})",
+    )
+    add(
+        "--token-threshold",
+        dest="token_threshold",
+        metavar="N",
+        help="compact a session past N prompt tokens (default "
+        f"{_percent(DEFAULT_WINDOW_SHARE)} of the model's window when known, else "
+        f"{_default('token_threshold')}; a value given is capped at "
+        f"{_percent(CAP_WINDOW_SHARE)} of a known window)",
+    )
     add(
         "--no-auto-compact",
         dest="auto_compact_enabled",
         action="store_const",
         const=False,
-        help="pass everything through uncompacted",
+        help="send every request upstream uncompacted",
     )
-    add("--admin-key", dest="admin_key", metavar="KEY", help="bearer key for /admin routes")
-    add("--summary-model", dest="summary_model", metavar="NAME", help="model for summaries")
+    add(
+        "--mode",
+        dest="mode",
+        choices=["compact", "shadow"],
+        help="shadow: every request goes upstream exactly as the client sent it, and the proxy "
+        f"records what it would have sent (default {_default('mode')})",
+    )
+    add(
+        "--admin-key",
+        dest="admin_key",
+        metavar="KEY",
+        help="bearer key for the /admin routes (default: none, admin answers only on a "
+        "loopback bind, for loopback Host names)",
+    )
+    add(
+        "--summary-model",
+        dest="summary_model",
+        metavar="NAME",
+        help="model for summaries (default: the request's model)",
+    )
+    add(
+        "--prices",
+        dest="prices",
+        metavar="FILE",
+        help="JSON file of model prices for the savings reports, by model-name prefix "
+        "(default: the built-in table)",
+    )
+    _add_session_flags(serve)
+
+
+def _add_session_flags(serve: argparse.ArgumentParser) -> None:
+    add = serve.add_argument
     add(
         "--session-header",
         dest="session_headers",
         metavar="NAME",
         action="append",
-        help="session header name, repeatable, first present wins (default X-Session-Id)",
+        help="session header name, repeatable or a comma list, the first present wins "
+        f"(default {', '.join(_default('session_headers'))})",
     )
     add(
         "--tenant-header",
@@ -78,36 +170,81 @@ def _build_parser() -> argparse.ArgumentParser:
         help="a header (set by a trusted gateway) whose value is the tenant instead of the "
         "credential, so rotated tokens keep their sessions (default: off)",
     )
-    add("--max-body-bytes", dest="max_body_bytes", metavar="N", help="request body cap")
+    max_body = int(_default("max_body_bytes"))
+    add(
+        "--max-body-bytes",
+        dest="max_body_bytes",
+        metavar="N",
+        help=f"request body cap in bytes (default {max_body}: {max_body // 2**20} MiB)",
+    )
     add(
         "--drain-timeout",
         dest="drain_timeout",
         metavar="SECONDS",
-        help="on SIGTERM, how long in-flight requests get to finish (default 30)",
+        help="on SIGTERM, how long in-flight requests get to finish "
+        f"(default {_number(_default('drain_timeout'))})",
     )
-    add("--log-level", dest="log_level", choices=["critical", "error", "warning", "info", "debug"])
+    add(
+        "--log-level",
+        dest="log_level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help=f"(default {_default('log_level')})",
+    )
     add(
         "--log-content",
         dest="log_content",
         action="store_const",
         const=True,
-        help="debug: allow message content in logs",
+        help="debug: allow message content in logs (default: never)",
+    )
+    add(
+        "--log-format",
+        dest="log_format",
+        choices=["console", "json"],
+        help="console: one readable line a request; json: one JSON object a line "
+        "(default: console when stderr is a terminal, else json)",
     )
 
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xun-proxy",
+        description="A transparent OpenAI-compatible proxy that compacts long agent sessions.",
+    )
+    parser.add_argument("--version", action="version", version=f"xun-proxy {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,sessions,report}")
+
+    serve = commands.add_parser("serve", help="run the proxy (the default command)")
+    _add_serve_flags(serve)
     sessions_cli.add_parser(commands, _add_config_flags)
+    report_cli.add_parser(commands, _add_config_flags)
     return parser
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from proxy.server import allocator, lifecycle
-    from proxy.server.app import create_app
     from proxy.server.logging import configure_logging
 
     fields = set(Settings.model_fields)
     overrides = {key: value for key, value in vars(args).items() if key in fields}
     settings = load_settings(overrides)
-    configure_logging(settings.log_level)
-    app = create_app(settings)
+    workers = settings.workers > 1
+    fmt, colour = settings.log_format, colour_allowed()
+    configure_logging(settings.log_level, fmt=fmt, colour=colour, pid=workers)
+    if workers:
+        from proxy.server import workers as processes
+
+        # N processes on one socket bound here (proxy.server.workers); each runs `_run`.
+        return processes.run(settings, functools.partial(_run, settings))
+    return _run(settings)
+
+
+def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) -> int:
+    """Serve one process: the proxy alone, or one of `--workers` (`metrics` and `serving`,
+    the socket and server class, are then the worker's)."""
+    from proxy.server import allocator, lifecycle
+    from proxy.server.app import create_app
+
+    app = create_app(settings, worker_metrics=metrics)
     # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
     allocator.tune_allocator()
     allocator.tune_collector()  # what exists now lives as long as the process
@@ -138,6 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,  # RequestLogMiddleware writes one JSON line per request
         log_config=None,  # keep the JSON logging configured above
         log_level=settings.log_level,
+        **serving,
     )
 
 
@@ -151,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sessions":
             return asyncio.run(sessions_cli.run(args, sys.stdout))
+        if args.command == "report":
+            return asyncio.run(report_cli.run(args, sys.stdout))
         return _serve(args)
     except ConfigError as exc:
         print(f"xun-proxy: {exc}", file=sys.stderr)

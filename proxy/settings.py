@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.errors import XunError
@@ -30,6 +30,7 @@ DAY = 24 * 60 * 60
 _HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _WriteFactor = Annotated[float, Field(ge=0, le=10)]
+_Money = Annotated[float, Field(ge=0)]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("body_timeout", "server.body_timeout", "XUN_BODY_TIMEOUT"),
     Option("send_timeout", "server.send_timeout", "XUN_SEND_TIMEOUT"),
     Option("allowed_hosts", "server.allowed_hosts", "XUN_ALLOWED_HOSTS", "--allowed-host"),
+    Option("workers", "server.workers", "XUN_WORKERS", "--workers"),
     Option("store_url", "store.url", "XUN_STORE", "--store"),
     Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
     Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
@@ -84,6 +86,7 @@ OPTIONS: tuple[Option, ...] = (
         "--token-threshold",
     ),
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
+    Option("mode", "auto_compact.mode", "XUN_MODE", "--mode"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
@@ -97,10 +100,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
     Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
+    Option("prices", "savings.prices", "XUN_PRICES", "--prices"),
     Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
     Option("tenant_header", "session.tenant_header", "XUN_TENANT_HEADER", "--tenant-header"),
     Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
     Option("log_content", "log.content", "XUN_LOG_CONTENT", "--log-content"),
+    Option("log_format", "log.format", "XUN_LOG_FORMAT", "--log-format"),
 )
 OPTIONS_BY_FIELD: Mapping[str, Option] = {option.field: option for option in OPTIONS}
 OPTIONS_BY_KEY: Mapping[str, Option] = {option.key: option for option in OPTIONS}
@@ -128,6 +133,12 @@ def default_store_url(env: Mapping[str, str] | None = None) -> str:
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
+
+
+def _in_process_store(url: str) -> bool:
+    """memory://, or an SQLite database in memory: nothing another process can see."""
+    lowered = url.strip().lower()
+    return lowered.startswith("memory:") or lowered.startswith("sqlite:///:memory:")
 
 
 DEFAULT_SESSION_HEADERS = ("X-Session-Id", "session_id", "session-id", "x-claude-code-session-id")
@@ -172,9 +183,14 @@ class Settings(BaseSettings):
     # The in-process cache of hot session states (0 entries: no cache); memory:// has none.
     store_cache_entries: int = Field(default=1024, ge=0)
     store_cache_bytes: int = Field(default=64 * MiB, ge=0)
+    # Processes serving the one port (proxy.server.workers). After store_url: checked against it.
+    workers: int = Field(default=1, ge=1)
 
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
+    # compact: requests go upstream compacted. shadow: every request goes upstream exactly as
+    # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
+    mode: Literal["compact", "shadow"] = "compact"
     summary_model: str | None = None
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
@@ -200,6 +216,12 @@ class Settings(BaseSettings):
     )
 
     admin_key: SecretStr | None = None
+    # Model prices for the savings reports, by model-name prefix, in money per million tokens
+    # ({"input", "cache_read", "cache_write", "output"}); a JSON file's path, or the mapping in
+    # the config file. proxy.compaction.prices has the built-in table they extend.
+    prices: dict[str, dict[Literal["input", "cache_read", "cache_write", "output"], _Money]] = (
+        Field(default_factory=dict)
+    )
     # X-Session-Id, then the ids agents send on their own: Codex CLI (`session_id`, or
     # `session-id`) and Claude Code (`x-claude-code-session-id`).
     session_headers: list[str] = Field(
@@ -211,6 +233,9 @@ class Settings(BaseSettings):
 
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_content: bool = False
+    # console: one readable line a request; json: one JSON object a line; None: console when
+    # stderr is a terminal, JSON otherwise (proxy.server.logging).
+    log_format: Literal["console", "json"] | None = None
     config_file: Path | None = None
 
     @classmethod
@@ -235,6 +260,29 @@ class Settings(BaseSettings):
             raise ValueError("must not carry a query string or fragment")
         return value.rstrip("/")
 
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _read_prices(cls, value: Any) -> Any:
+        """A JSON object, or a path to a file of one (`--prices FILE`); every entry needs
+        an `input` price."""
+        if isinstance(value, str) and value.lstrip().startswith("{"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"prices are not a JSON object: {exc}") from exc
+        elif isinstance(value, str | Path):
+            try:
+                value = json.loads(Path(value).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ValueError(f"cannot read the prices file {value}: {exc.strerror}") from exc
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"the prices file {value} is not JSON: {exc}") from exc
+        if isinstance(value, dict):
+            for name, entry in value.items():
+                if not isinstance(entry, dict) or "input" not in entry:
+                    raise ValueError(f"the price of {name!r} needs at least an input price")
+        return value
+
     @field_validator("store_url")
     @classmethod
     def _check_store(cls, value: str) -> str:
@@ -243,11 +291,25 @@ class Settings(BaseSettings):
             raise ValueError("must be memory://, sqlite:///path.db or redis://host:port/db")
         return value
 
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: int, info: ValidationInfo) -> int:
+        store = str(info.data.get("store_url", ""))
+        if value > 1 and _in_process_store(store):
+            raise ValueError(
+                f"{value} workers cannot share {store}: it lives inside one process, so each "
+                "worker would keep sessions of its own; use sqlite:///path.db or "
+                "redis://host:port/db, or one worker"
+            )
+        return value
+
     @field_validator("session_headers", mode="before")
     @classmethod
     def _split_headers(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            value = [value]  # a comma list, from the environment
+        if isinstance(value, list | tuple) and all(isinstance(n, str) for n in value):
+            return [part.strip() for n in value for part in n.split(",") if part.strip()]
         return value
 
     @field_validator("session_headers")
@@ -295,7 +357,7 @@ class Settings(BaseSettings):
             return normalise_names(p for n in value for p in n.split(",") if p.strip())
         return value
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", "mode", mode="before")
     @classmethod
     def _lower_level(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
@@ -321,6 +383,13 @@ class Settings(BaseSettings):
     def upstream_api_key_value(self) -> str | None:
         """The configured upstream key in clear, for building the Authorization header."""
         return None if self.upstream_api_key is None else self.upstream_api_key.get_secret_value()
+
+
+def colour_allowed(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment lets a terminal's logs have colour: no `NO_COLOR`
+    (https://no-color.org: any non-empty value) and a terminal that is not `dumb`."""
+    env = os.environ if env is None else env
+    return not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
 
 
 def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:

@@ -97,7 +97,22 @@ def test_serve_flags(served: list[tuple[Any, dict[str, Any]]], prefix: list[str]
     assert options["lifespan"] == "on"
     assert options["proxy_headers"] is False and options["access_log"] is False
     assert options["log_config"] is None
-    assert "workers" not in options  # one process: the app object cannot be forked
+    assert "workers" not in options  # never uvicorn's workers: proxy.server.workers forks its own
+
+
+def test_workers_flag_hands_the_settings_to_the_workers(
+    served: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    runs: list[tuple[Settings, Any]] = []
+    monkeypatch.setattr("proxy.server.workers.run", lambda s, serve: runs.append((s, serve)) or 0)
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    assert cli.main(["--workers", "3", "--store", store, "--admin-key", "adm"]) == 0
+    ((settings, serve),) = runs
+    assert settings.workers == 3 and settings.check_admin_key("adm") and served == []
+    # What each worker runs: the one-process server, on the socket its main process bound.
+    assert serve(sockets=["the socket"]) == 0
+    app, options = served[-1]
+    assert options["sockets"] == ["the socket"] and app.state.settings is settings
 
 
 def test_no_flags_means_defaults_and_env(

@@ -49,6 +49,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "max_body_bytes": (1001, "1002", 1003, 1001, 1002, 1003),
     "body_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "send_timeout": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
+    "workers": (2, "3", 4, 2, 3, 4),
     "allowed_hosts": (
         ["f.example"], "e.example, E2.example", ["g.example"],
         ("f.example",), ("e.example", "e2.example"), ("g.example",),
@@ -62,6 +63,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "store_cache_bytes": (11, "12", 13, 11, 12, 13),
     "token_threshold": (100, "200", 300, 100, 200, 300),
     "auto_compact_enabled": (False, "true", False, False, True, False),
+    "mode": ("shadow", "compact", "shadow", "shadow", "compact", "shadow"),
     "summary_model": ("m-f", "m-e", "m-g", "m-f", "m-e", "m-g"),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
@@ -88,11 +90,20 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
         {"m": {"1h": 2.5}},
         {"m": {"5m": 1.1, "1h": 3.0}},
     ),
+    "prices": (
+        {"m": {"input": 1}},
+        '{"m": {"input": 2, "output": 8}}',
+        {"m": {"input": 3}},
+        {"m": {"input": 1.0}},
+        {"m": {"input": 2.0, "output": 8.0}},
+        {"m": {"input": 3.0}},
+    ),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
     "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),
     "log_level": ("error", "WARNING", "debug", "error", "warning", "debug"),
     "log_content": (True, "false", True, True, False, True),
+    "log_format": ("json", "CONSOLE", "json", "json", "console", "json"),
 }  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from proxy.admin.base import (
     store_failed,
 )
 from proxy.admin.compact import compact_session
+from proxy.admin.savings import price_table, savings_endpoint, session_savings
 from proxy.admin.view import content_text, is_mid_system, message_items, wire_type
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
@@ -196,6 +197,7 @@ async def session_detail(request: Request) -> Response:
         "counters": _counters(state),
         "reclaimed": list(state.reclaimed),
         "turns": state.turns,
+        "savings": session_savings(state, price_table(request)),
         "last_compaction": state.last_compaction,
         "pending_summary": state.pending_summary is not None,
         "conversation": None if rb is None else history(rb, query.truncate),
@@ -254,6 +256,7 @@ def admin_routes() -> list[BaseRoute]:
     """The /admin API routes (the viewer page is added by `proxy.admin.page`)."""
     p = ADMIN_PREFIX + "/sessions"
     return [
+        Route(ADMIN_PREFIX + "/savings", savings_endpoint, methods=["GET"]),
         Route(p, list_sessions, methods=["GET"]),
         Route(p + "/{id}", session_detail, methods=["GET"]),
         Route(p + "/{id}", delete_session, methods=["DELETE"]),

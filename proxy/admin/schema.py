@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from proxy import __version__
 from proxy.admin.base import CompactBody, DetailQuery, ListQuery
+from proxy.admin.savings import SavingsQuery
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -77,6 +78,15 @@ def _paths() -> dict[str, Any]:
     session_id = _path_parameter("id", "opaque session id from the list")
     obj: dict[str, Any] = {"type": "object"}
     return {
+        "/admin/savings": {
+            "get": {
+                "operationId": "getSavings",
+                "summary": "Tokens and money saved in a time window: totals, groups, hourly "
+                "series, and shadow turns' projected savings apart",
+                "parameters": _query_parameters(SavingsQuery),
+                "responses": _responses("the savings report", obj, 400),
+            }
+        },
         "/admin/sessions": {
             "get": {
                 "operationId": "listSessions",

@@ -43,7 +43,8 @@ def add_parser(commands: Any, add_config_flags: Callable[[argparse.ArgumentParse
 
     def filters(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--tenant", help="only this tenant's sessions")
-        parser.add_argument("--since", help="only sessions updated after TIME (ISO or epoch)")
+        since = "only sessions updated after TIME (ISO or epoch)"
+        parser.add_argument("--since", metavar="TIME", help=since)
         parser.add_argument("--older-than", metavar="AGE", help="only sessions idle for AGE")
 
     ls = actions.add_parser("ls", help="list sessions, newest first")

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from proxy.admin.page import admin_web_routes
 from proxy.compact import AutoCompactor, CompactorAbstract
+from proxy.compaction.prices import Prices
 from proxy.errors import (
     ProxyError,
     error_payload,
@@ -163,9 +164,11 @@ def create_app(
     *,
     store: Store | None = None,
     pool: Pool | None = None,
+    worker_metrics: Metrics | None = None,
 ) -> Starlette:
     """Build the proxy app. An injected `store` is used as is and not closed on shutdown;
-    `pool` replaces the upstream connection pool (tests)."""
+    `pool` replaces the upstream connection pool (tests); `worker_metrics` are a worker's, whose
+    values every worker shares (proxy.server.workers)."""
     compactor = load_compactor(settings)
 
     @asynccontextmanager
@@ -194,7 +197,7 @@ def create_app(
         HTTPException: handle_http_exception,
         Exception: handle_unexpected,
     }
-    metrics = Metrics()
+    metrics = Metrics() if worker_metrics is None else worker_metrics
     drain = Drain()
     app = Starlette(
         routes=_routes(),
@@ -208,4 +211,5 @@ def create_app(
     app.state.body_reuse = BodyReuse()  # kept through idle reclaims: requests come seconds apart
     app.state.drain = drain
     app.state.metrics = metrics
+    app.state.prices = Prices(settings.prices)  # the savings' money (proxy.compaction.prices)
     return app

@@ -12,10 +12,10 @@ response, which drops that connection.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
-from starlette.background import BackgroundTask
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Scope
@@ -34,6 +34,21 @@ from proxy.upstream.providers import is_anthropic_raw
 API_PREFIX = "/v1"
 WHOLE_BYTES = 1 << 20
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
+
+
+class Tap(Protocol):
+    """Watches a passed-through answer go by, unchanged (shadow mode reads its usage).
+    `feed` and `end` never raise; `close` runs once the answer is out."""
+
+    def feed(self, chunk: bytes) -> None: ...
+    def end(self) -> None:
+        """The whole body came (not called for one cut short)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+TapFactory = Callable[[UpstreamResponse], Tap]
 
 
 def upstream_path(scope: Scope) -> str:
@@ -84,11 +99,15 @@ def _has_body(request: Request) -> bool:
 
 
 async def _relay_body(
-    response: UpstreamResponse, timing: dict[str, Any], path: str
+    response: UpstreamResponse, timing: dict[str, Any], path: str, tap: Tap | None = None
 ) -> AsyncIterator[bytes]:
     try:
         async for chunk in timed_chunks(response, timing):
+            if tap is not None:
+                tap.feed(chunk)
             yield chunk
+        if tap is not None:
+            tap.end()
     except ProxyError as error:  # the upstream failed mid-body
         await response.aclose()
         if response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -101,17 +120,24 @@ async def _relay_body(
 
 
 def relay(
-    response: UpstreamResponse, timing: dict[str, Any] | None = None, path: str = ""
+    response: UpstreamResponse,
+    timing: dict[str, Any] | None = None,
+    path: str = "",
+    tap: Tap | None = None,
 ) -> Response:
     """Stream an open upstream response back unchanged; it is closed when the relay ends.
 
     Time spent waiting on the upstream's body is added to `timing["upstream_ms"]`; `path` is
-    the client's, for the shape of an error that ends a broken stream.
+    the client's, for the shape of an error that ends a broken stream. `tap` sees the body go
+    by and is closed after the upstream response.
     """
+    background: BackgroundTask = BackgroundTask(response.aclose)
+    if tap is not None:  # closed after the upstream response
+        background = BackgroundTasks([background, BackgroundTask(tap.close)])
     relayed = StreamingResponse(
-        _relay_body(response, {} if timing is None else timing, path),
+        _relay_body(response, {} if timing is None else timing, path, tap),
         status_code=response.status_code,
-        background=BackgroundTask(response.aclose),
+        background=background,
     )
     headers = Upstream.response_headers(response.headers, raw=True)
     if response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -134,13 +160,18 @@ def upstream_for(request: Request) -> Upstream:
 
 
 async def forward(
-    request: Request, *, body: bytes | None = None, upstream: Upstream | None = None
+    request: Request,
+    *,
+    body: bytes | None = None,
+    upstream: Upstream | None = None,
+    tap: TapFactory | None = None,
 ) -> Response:
     """Pass `request` through to the same path upstream (`upstream`: a given one, else
     `upstream_for` the request's headers).
 
     `body` is given when the caller has already read the request body; otherwise it is read
-    here, whole, before the upstream connection is taken.
+    here, whole, before the upstream connection is taken. `tap`, given the upstream's
+    response, makes what watches its answer go by (`Tap`).
     """
     settings: Settings = request.app.state.settings
     upstream = upstream or upstream_for(request)
@@ -161,11 +192,18 @@ async def forward(
             content=body,
             params=request.scope.get("query_string", b""),
         )
+        watcher = None if tap is None else tap(response)
         if _whole(request.method, response):
-            return _answer(response, await read_response(response))
+            whole = await read_response(response)
+            answer = _answer(response, whole)
+            if watcher is not None:
+                watcher.feed(whole)
+                watcher.end()
+                answer.background = BackgroundTask(watcher.close)
+            return answer
     finally:
         timing["upstream_ms"] = (time.perf_counter() - started) * 1000
-    return relay(response, timing, request.scope["path"])
+    return relay(response, timing, request.scope["path"], watcher)
 
 
 def _whole(method: str, response: UpstreamResponse) -> bool:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -201,21 +203,24 @@ def serve(
     drain: Drain,
     drain_timeout: float,
     reclaimer: IdleReclaimer | None = None,
+    sockets: list[socket.socket] | None = None,
+    server_class: Callable[..., DrainingServer] = DrainingServer,
     **options: Any,
 ) -> int:
     """Run `app` under uvicorn with draining on SIGTERM/SIGINT; returns the exit status.
-    The server's loop ticks `reclaimer` (proxy.server.allocator) between requests."""
+    The server's loop ticks `reclaimer` (proxy.server.allocator) between requests. A worker
+    (proxy.server.workers) serves `sockets` its main process bound, with its own server class."""
     options.setdefault("timeout_graceful_shutdown", _SERVER_GRACE_SECONDS)
     # Longer than the idle expiry of common clients' pools (httpx and the OpenAI SDKs: 5 s),
     # so a client never reuses a connection the proxy is closing at that very moment.
     options.setdefault("timeout_keep_alive", KEEP_ALIVE_SECONDS)
-    server = DrainingServer(
+    server = server_class(
         uvicorn.Config(app, **options),
         drain=drain,
         drain_timeout=drain_timeout,
         reclaimer=reclaimer,
     )
-    server.run()
+    server.run(sockets=sockets)
     return 0 if server.started else 1
 
 

@@ -20,8 +20,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import internal_error_response, log_unexpected
+from proxy.server.console_log import ACCESS_LOGGER, ConsoleFormatter
 
-ACCESS_LOGGER = "proxy.access"
 _SECRET_PARTS = ("authorization", "api_key", "apikey", "api-key", "secret", "password", "cookie")
 
 
@@ -39,15 +39,22 @@ def redact(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"ts", "level", "logger", "msg", ...fields}` on one line."""
+    """`{"ts", "level", "logger", "msg", ...fields}` on one line; with `pid`, the id of the
+    process that wrote it follows `logger` (which worker, under `--workers`)."""
+
+    def __init__(self, *, pid: bool = False) -> None:
+        super().__init__()
+        self.pid = pid
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
         }
+        if self.pid:
+            line["pid"] = record.process
+        line["msg"] = record.getMessage()
         fields = getattr(record, "fields", None)
         if isinstance(fields, Mapping):
             line.update(redact(fields))
@@ -56,18 +63,42 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
-def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
-    """Send the proxy's and uvicorn's logs to `stream` (stderr) as JSON lines.
+def configure_logging(
+    level: str = "info",
+    stream: IO[str] | None = None,
+    fmt: str | None = None,
+    *,
+    colour: bool = True,
+    pid: bool = False,
+) -> None:
+    """Send the proxy's and uvicorn's logs to `stream` (stderr): `fmt` "json" (JSON lines) or
+    "console" (`proxy.server.console_log`); None: console when the stream is a terminal, JSON
+    otherwise. Console lines have colour on a terminal when `colour` allows it (NO_COLOR).
+    With `pid` every line names the process that wrote it (several workers share a stream).
 
     Called by the CLI only: creating an app never reconfigures logging.
     """
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    stream = stream or sys.stderr
+    terminal = _is_terminal(stream)
+    if fmt is None:
+        fmt = "console" if terminal else "json"
+    handler = logging.StreamHandler(stream)
+    if fmt == "console":
+        handler.setFormatter(ConsoleFormatter(colour=colour and terminal, redact=redact, pid=pid))
+    else:
+        handler.setFormatter(JsonFormatter(pid=pid))
     for name in ("proxy", "uvicorn", "uvicorn.error"):
         target = logging.getLogger(name)
         target.handlers[:] = [handler]
         target.setLevel(level.upper())
         target.propagate = False
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no file behind it, or closed
+        return False
 
 
 def mint_request_id() -> str:

@@ -6,16 +6,31 @@ put in `request.state.log_fields` (compaction, tokens, extract calls, store erro
 time, the wire: chat, responses or messages) and the matched route's path template. Labels
 never carry a session id, a tenant, a key or a raw path: only route templates, statuses and
 small fixed vocabularies.
+
+Under `--workers N` (proxy.server.workers) every worker's `Metrics(shared_dir=...)` keeps its
+values in files of prometheus_client's multiprocess mode, in a directory the main process
+creates and removes, and `/metrics` on any worker renders the sum over all of them: counters
+and histograms add up, the active-sessions gauge is the latest count taken, and
+`xun_worker_processes` is the number of workers alive.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    values,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,6 +50,7 @@ _RECLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TRAIL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0)
 _TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
 _LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
+_MODEL_VALUE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,40}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # The APIs the model routes speak; "none" for every other route (admin, health, metrics).
 WIRES = frozenset({"chat", "responses", "messages"})
@@ -45,6 +61,12 @@ def _label(value: Any, default: str = "other") -> str:
     """A label value from a small vocabulary; anything else folds into `default`."""
     text = str(value).lower() if value is not None else ""
     return text if _LABEL_VALUE.match(text) else default
+
+
+def _model_label(value: Any) -> str:
+    """A price-table entry's name (`proxy.compaction.prices.Prices.entry`), else "other"."""
+    text = str(value) if value is not None else ""
+    return text if _MODEL_VALUE.match(text) else "other"
 
 
 def wire_label(value: Any) -> str:
@@ -58,10 +80,21 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-class Metrics:
-    """Every metric of one proxy app, in its own registry."""
+def share_values(path: str) -> None:
+    """Keep the values of metrics made from now on in files under `path` (prometheus_client's
+    multiprocess mode), for the process's worker. The library reads the directory from its
+    environment variable, and picks the kind of value it stores when it is imported, so both
+    are set here, in the worker, before its `Metrics` is made."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
 
-    def __init__(self) -> None:
+
+class Metrics:
+    """Every metric of one proxy app, in its own registry; with `shared_dir`, the values of
+    every worker's (see the module doc), after `share_values(shared_dir)`."""
+
+    def __init__(self, *, shared_dir: str | None = None) -> None:
+        self.shared_dir = shared_dir
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
         self.requests = Counter(
@@ -87,7 +120,8 @@ class Metrics:
         )
         self.compactions = Counter(
             "xun_compactions",
-            "Compactions by level, outcome, trigger (auto or manual) and the session's wire.",
+            "Compactions by level, outcome, trigger (auto, manual, or shadow: projected only) "
+            "and the session's wire.",
             ["level", "outcome", "trigger", "wire"],
             registry=reg,
         )
@@ -127,18 +161,75 @@ class Metrics:
             ["reason"],
             registry=reg,
         )
-        self.active_sessions = Gauge(
-            "xun_active_sessions",
-            "Sessions in the store (counted at most every 10 s).",
-            registry=reg,
-        )
+        self._savings_metrics(reg)
         self.memory_reclaim_seconds = Histogram(
             "xun_memory_reclaim_seconds",
             "Idle memory reclaims after traffic (full GC and malloc_trim), by duration.",
             buckets=_RECLAIM_BUCKETS,
             registry=reg,
         )
+        self._add_gauges(reg)
         self._counted_at = float("-inf")
+
+    def _add_gauges(self, reg: CollectorRegistry) -> None:
+        # How each sums over workers: the latest count taken, and one per live worker.
+        self.active_sessions = Gauge(
+            "xun_active_sessions",
+            "Sessions in the store (counted at most every 10 s).",
+            multiprocess_mode="livemostrecent",
+            registry=reg,
+        )
+        self.worker_processes = Gauge(
+            "xun_worker_processes",
+            "Worker processes serving the port and alive (--workers; 1 without).",
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.worker_processes.set(1)
+
+    def _savings_metrics(self, reg: CollectorRegistry) -> None:
+        # Savings by model (a price-table entry, else "other"): what the proxy billed, what
+        # the clients' requests would have been billed directly, and the difference. Saved is
+        # a gauge: a turn that paid for a summary saves less than nothing.
+        self.prompt_tokens_sent = Counter(
+            "xun_prompt_tokens_sent",
+            "Prompt tokens billed through the proxy: requests, extract rounds, summary calls.",
+            ["model"],
+            registry=reg,
+        )
+        self.prompt_tokens_direct = Counter(
+            "xun_prompt_tokens_direct",
+            "Prompt tokens the clients' own requests would have been billed sent directly "
+            "(estimated).",
+            ["model"],
+            registry=reg,
+        )
+        self.prompt_tokens_saved = Gauge(
+            "xun_prompt_tokens_saved_total",
+            "Prompt tokens saved: the direct estimate less every prompt token billed.",
+            ["model"],
+            multiprocess_mode="sum",  # a running total: every worker's, dead ones' too
+            registry=reg,
+        )
+        self.cost_sent = Counter(
+            "xun_cost_sent",
+            "Money billed through the proxy, where a price is known.",
+            ["model"],
+            registry=reg,
+        )
+        self.cost_direct = Counter(
+            "xun_cost_direct",
+            "Money the clients' requests would have cost directly, where a price is known.",
+            ["model"],
+            registry=reg,
+        )
+        self.cost_saved = Gauge(
+            "xun_cost_saved_total",
+            "Money saved: the direct cost less what was billed, where a price is known.",
+            ["model"],
+            multiprocess_mode="sum",
+            registry=reg,
+        )
 
     # -- feeding ------------------------------------------------------------------------
     def observe_request(
@@ -170,7 +261,7 @@ class Metrics:
             self.observe_compaction(
                 str(compaction),
                 "success",
-                "auto",
+                "shadow" if fields.get("shadow") else "auto",  # shadow: only projected
                 wire=wire,
                 tokens_before=_number(fields.get("tokens_before")),
                 tokens_after=_number(fields.get("tokens_after")),
@@ -194,6 +285,28 @@ class Metrics:
         degraded = fields.get("degraded")
         if degraded:
             self.degraded.labels(reason=_label(degraded)).inc()
+        saved = fields.get("savings")
+        if isinstance(saved, Mapping) and not saved.get("shadow"):
+            self.observe_savings(saved)
+
+    def observe_savings(self, saved: Mapping[str, Any]) -> None:
+        """A turn's savings (`proxy.turn.savings.log_fields`); shadow turns are not counted."""
+        model = _model_label(saved.get("model"))
+        for name, counter, gauge in (
+            ("sent", self.prompt_tokens_sent, None),
+            ("direct", self.prompt_tokens_direct, None),
+            ("saved", None, self.prompt_tokens_saved),
+            ("cost_sent", self.cost_sent, None),
+            ("cost_direct", self.cost_direct, None),
+            ("cost_saved", None, self.cost_saved),
+        ):
+            value = _number(saved.get(name))
+            if value is None:
+                continue
+            if counter is not None and value > 0:
+                counter.labels(model=model).inc(value)
+            if gauge is not None:
+                gauge.labels(model=model).inc(value)
 
     def observe_compaction(
         self,
@@ -229,7 +342,11 @@ class Metrics:
             self.store_errors.inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        every_worker = CollectorRegistry()
+        MultiProcessCollector(every_worker, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(every_worker)
 
 
 async def metrics_endpoint(request: Request) -> Response:

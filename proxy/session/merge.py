@@ -12,7 +12,8 @@ chain of its own request, which tells which of their decisions apply to its mess
 - Of two equally compacted states, the one covering the longer client prefix is kept.
 - Reclaimed ids are united (those in my messages), hidden extract calls of both are kept
   (a rebuild re-checks each against its anchor message), and so are both turn logs and
-  both sides' thinking bindings (each block's own prefix, whichever turn saw it).
+  both sides' thinking bindings (each block's own prefix, whichever turn saw it). The
+  savings totals add the other side's turns to the kept side's.
 
 A longer prefix of theirs that cannot be checked against my messages (it reaches past them)
 is never grafted onto my compaction: one of the two states is then kept whole, so the stored
@@ -26,9 +27,10 @@ from dataclasses import replace
 
 import orjson
 
+from proxy.session import savings
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.state import HiddenExtract, SessionState
-from proxy.session.turn_log import MAX_TURNS_KEPT, TurnLog
+from proxy.session.turn_log import MAX_TURNS_KEPT, TurnLog, decode
 
 
 def compaction_rank(state: SessionState) -> tuple[bool, int, int, int]:
@@ -61,6 +63,7 @@ def merge_states(
         reclaimed=_union(mine.reclaimed, theirs.reclaimed, keys),
         hidden=_hidden(mine, theirs, mine.cut if mine.summary else 0),
         turn_log=_turns(mine, theirs),
+        savings=_savings(mine, theirs),
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
         thinking={**theirs.thinking, **mine.thinking},
@@ -84,6 +87,7 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
         reclaimed=_union(theirs.reclaimed, mine.reclaimed, keys),
         hidden=_hidden(mine, theirs, cut),
         turn_log=_turns(mine, theirs),
+        savings=_savings(mine, theirs),
         last_compaction=theirs.last_compaction,
         # What their compaction measured and reset belongs with it.
         size_after_summary=theirs.size_after_summary,
@@ -101,6 +105,7 @@ def _keep_theirs(theirs: SessionState, mine: SessionState) -> SessionState | Non
         theirs,
         hidden=_hidden(theirs, mine, theirs.cut if theirs.summary else 0),
         turn_log=_turns(theirs, mine),
+        savings=_savings(theirs, mine),
         context_window=_window(theirs, mine),
         thinking={**mine.thinking, **theirs.thinking},
     )
@@ -143,6 +148,24 @@ def _turns(primary: SessionState, other: SessionState) -> TurnLog:
     tail = sorted([*mine[cut:], *added], key=_at)
     lines = [*mine[:cut], *tail][-MAX_TURNS_KEPT:]
     return TurnLog("\n".join(lines))
+
+
+def _savings(primary: SessionState, other: SessionState) -> savings.Buckets:
+    """The primary's running totals plus the other side's turns it has not counted: its
+    records the primary's log lacks (but those older than the primary's oldest record, which
+    the primary dropped from its log, and counted, before)."""
+    totals = {key: list(vec) for key, vec in primary.savings.items()}
+    if other.turn_log == primary.turn_log:
+        return totals
+    mine = primary.turn_log.text.split("\n") if primary.turn_log.text else []
+    seen = set(mine)
+    oldest = _at(mine[0]) if mine else float("-inf")  # older: dropped from mine, counted
+    for line in other.turn_log.lines():
+        if line and line not in seen and _at(line) >= oldest:
+            record = decode(line)
+            if record is not None:
+                savings.fold(totals, record)
+    return totals
 
 
 def _at(line: str) -> float:

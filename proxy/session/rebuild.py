@@ -236,6 +236,7 @@ def _reconcile(
         context_window=state.context_window,
         calibration=state.calibration,
         pending_summary=state.pending_summary,  # an operator's request outlives an edit
+        savings=state.savings,  # what the session saved stays counted
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
@@ -366,12 +367,15 @@ def record_turn(
     compaction: str = "none",
     now: float | None = None,
     keep_view: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage.
 
     The usage numbers come from the upstream's reply as they were: one that is not a token
     count (a string, a float, a negative number) is ignored for this turn, never stored. Cache
     writes (the cost model's observed write share) are kept only where the upstream reports them.
+    `extra` joins the turn's record (a shadow turn's `shadow` and `projected_prompt_tokens`; the
+    turn's `savings`: `proxy.session.savings`).
     """
     state = rb.state
     total_tokens, prompt_tokens = token_count(total_tokens), token_count(prompt_tokens)
@@ -390,6 +394,7 @@ def record_turn(
             "cached_tokens": cached_tokens,
             **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
+            **(extra or {}),
         }
     )
     return state

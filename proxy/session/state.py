@@ -27,6 +27,7 @@ from proxy.session.hidden_rounds import (
     unmerge_all,
 )
 from proxy.session.history import token_count, tool_results
+from proxy.session.savings import clean as clean_savings
 from proxy.session.turn_log import TurnLog
 
 # 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
@@ -122,6 +123,10 @@ class SessionState:
     # The last message carrying a provider's compaction in the history last seen (-1: none;
     # None: not known), so a request resent with more messages looks only at those.
     provider_mark: int | None = None
+    # What the turns saved, by hour and model (`proxy.session.savings`), and the direct
+    # estimate of the last turn's prompt (the prefix a direct request would have cached).
+    savings: dict[str, list[int]] = field(default_factory=dict)
+    direct_last: int | None = None
 
     @property
     def compacted(self) -> bool:
@@ -151,6 +156,8 @@ class SessionState:
         hidden = [_hidden(h) for h in known.pop("hidden", None) or []]
         if token_count(known.get("total_tokens")) is None:
             known["total_tokens"] = None  # a bad usage value stored before it was checked
+        if "savings" in known:
+            known["savings"] = clean_savings(known["savings"])
         text = known.pop("turn_log", None)
         turns = data.get("turns")  # before version 3: a list of records
         log = TurnLog(text) if isinstance(text, str) else TurnLog.of(turns or [])

@@ -57,6 +57,12 @@ class TurnLog:
         `decode` reads one, as `records` does)."""
         return self._text.split("\n") if self._text else []
 
+    def last(self) -> dict[str, Any] | None:
+        """The newest record, decoded alone; None when there is none."""
+        if not self._text:
+            return None
+        return decode(self._text[self._text.rfind("\n") + 1 :])
+
     def __len__(self) -> int:
         if self._count is None:
             self._count = self._text.count("\n") + 1 if self._text else 0

@@ -34,6 +34,7 @@ from proxy.session.rebuild import record_turn
 from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
+from proxy.turn import savings
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.thinking_binder import Binder
@@ -88,6 +89,7 @@ class Pipeline:
         self.ladder: list[CompactorAbstract] | None = None
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
+        self.measure = savings.Measure()  # what each upstream call was billed
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -124,9 +126,18 @@ class Pipeline:
         started = time.perf_counter()
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
-            return await post_summary(self.wire, self.upstream.post_json, summary, self.headers)
+            return await post_summary(
+                self.wire, self.upstream.post_json, summary, self.headers, on_reply=self.billed
+            )
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
+
+    def billed(self, reply: JSON) -> None:
+        """Note what a summary request was billed (its reply, read as the summary)."""
+        try:
+            self.measure.summary(self.wire.reply_round(reply).usage)
+        except ProxyError:  # a reply the summary read but no round: billed unknown
+            self.measure.summary(None)
 
     async def prepare(
         self,
@@ -358,16 +369,18 @@ class Pipeline:
         of each thinking block of every round's reply."""
         if self.first_prompt is None and rnd.usage is not None:
             self.first_prompt = rnd.usage.prompt
+        self.measure.round(rnd.usage)
         self.binder.note(rnd)
 
-    def calibrate(self) -> None:
-        """Update the session's ratio of billed to estimated prompt tokens."""
+    def calibrate(self, sent: int) -> None:
+        """Update the session's ratio of billed to estimated prompt tokens (`sent`: the
+        estimate of the messages sent)."""
         rb = self.turn.rb
         if rb is None or not self.first_prompt:
             return
         tools = self.wire.tools(self.client_body)
         tools_estimate = len(orjson.dumps(tools)) // 4 if tools else 0
-        calibrate(rb.state, self.first_prompt, rb.sent_estimate() + tools_estimate)
+        calibrate(rb.state, self.first_prompt, sent + tools_estimate)
 
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
         """Record the turn's usage, save the state, and note what happened for logs/metrics.
@@ -383,8 +396,13 @@ class Pipeline:
             for rnd, results in self.continuations:  # later requests carry them again
                 message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
                 add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
-            self.calibrate()
+            needed = self.first_prompt or usage is not None
+            sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
+            self.calibrate(sent)
             if usage is not None:
+                saved = self.measure.record(
+                    rb, self.wire, self.client_body, injected=self.turn.injected, sent=sent
+                )
                 record_turn(
                     rb,
                     total_tokens=usage.total,
@@ -392,7 +410,12 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
+                    extra={"savings": saved},
                 )
+                vec = savings.count(rb, saved)
+                if vec is not None:
+                    prices = getattr(self.request.app.state, "prices", None)
+                    self.log_fields["savings"] = savings.log_fields(saved["model"], vec, prices)
             await self.turn.save(wait=False)
         report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
@@ -401,6 +424,7 @@ class Pipeline:
             model=self.client_body.get("model"),
             upstream_ms=round(self.upstream_ms, 2),
             compaction=self.turn.compaction,
+            prompt_tokens=usage.prompt if usage is not None else None,
             tokens_before=report.get("tokens_before"),
             tokens_after=report.get("estimated_tokens_after"),
             summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,

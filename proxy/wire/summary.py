@@ -27,15 +27,20 @@ async def post_summary(
     body: JSON,
     headers: Mapping[str, str],
     failures: list[str] | None = None,
+    on_reply: Callable[[JSON], None] | None = None,
 ) -> JSON:
     """Send one summary request; its reply as a Chat Completions completion.
 
-    A refusal other than for length is noted in `failures` (when given) as the operator
-    should read it, and raised as an `UpstreamError`.
+    `on_reply` is handed the upstream's reply as it came, once it reads as a summary (the
+    pipeline notes what it was billed). A refusal other than for length is noted in
+    `failures` (when given) as the operator should read it, and raised as an `UpstreamError`.
     """
     status, data, _ = await post_json(wire.path, body, headers)
     if status == 200 and isinstance(data, dict):
-        return wire.summary_reply(data)
+        reply = wire.summary_reply(data)
+        if on_reply is not None:
+            on_reply(data)
+        return reply
     if is_length_refusal(status, data):
         raise ContextLengthExceeded(str(status))
     if failures is not None:

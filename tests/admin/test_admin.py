@@ -26,6 +26,7 @@ from tests.support.fake_upstream import FakeUpstream
 
 SOME_ID = SessionKey("t", "s").id
 ROUTES = [
+    ("GET", "/admin/savings"),
     ("GET", "/admin/sessions"),
     ("GET", "/admin/sessions/{id}"),
     ("GET", "/admin/sessions/{id}?truncate=true"),
@@ -83,8 +84,9 @@ def test_wrong_or_missing_key_is_401(make_proxy: Any, method: str, path: str) ->
 def test_right_key_passes_auth(make_proxy: Any, method: str, path: str) -> None:
     proxy = make_proxy(admin_key=ADMIN_KEY, host="0.0.0.0")
     resp = call(proxy, method, path, headers=admin_headers())
-    # Past auth: the list answers, the unknown session is a 404.
-    assert resp.status_code == (200 if path == "/admin/sessions" else 404), resp.text
+    # Past auth: the list and the savings answer, the unknown session is a 404.
+    listing = path in ("/admin/sessions", "/admin/savings")
+    assert resp.status_code == (200 if listing else 404), resp.text
 
 
 @pytest.mark.parametrize(
@@ -307,7 +309,7 @@ def test_store_failure_is_503(make_proxy: Any) -> None:
     proxy = make_proxy(admin_key=ADMIN_KEY, store=BrokenStore())
     for method, path in ROUTES:
         assert_error(call(proxy, method, path, headers=admin_headers()), 503, "store_unavailable")
-    assert "xun_store_errors_total 7.0" in httpx.get(proxy.url + "/metrics").text
+    assert "xun_store_errors_total 8.0" in httpx.get(proxy.url + "/metrics").text
 
 
 # -- schema and page ----------------------------------------------------------------------

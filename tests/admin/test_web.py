@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.agent import SYSTEM
-from tests.support.compacted import ADMIN_KEY, Compacted, compacted_session
+from tests.support.compacted import ADMIN_KEY, Compacted, admin_headers, compacted_session
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.wire_sessions import REMINDER, run_messages, run_responses, wire_proxy
 
@@ -224,3 +225,44 @@ def _expand_first_placeholder(page: Any, outputs: dict[str, str], wire_type: str
     original = placeholder.locator("pre.original")
     original.wait_for()
     assert original.inner_text() == outputs[call_id]
+
+
+def test_viewer_shows_the_savings(browser: Any, session: Compacted, tmp_path: Path) -> None:
+    """The fleet's savings with an hourly chart, and the session's net saving beside its token
+    chart, as /admin/savings and the detail report them; a screenshot for a person."""
+    report = httpx.get(
+        session.proxy.url + "/admin/savings", headers=admin_headers(), params={"since": "24h"}
+    ).json()
+    saved = report["totals"]["tokens_saved"]
+    assert saved > 0 and report["totals"]["requests"] == len(session.agent.responses)
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(session.proxy.url + "/admin/")
+    page.fill("#key-input", ADMIN_KEY)
+    page.click("#key-save")
+    fleet = page.locator("#fleet-figures .figure.gain")
+    fleet.wait_for()
+    assert fleet.get_attribute("data-tokens-saved") == str(saved)
+    assert page.locator("#fleet-chart svg").get_attribute("data-bars") == str(len(report["series"]))
+    assert "$" in page.inner_text("#fleet-figures")  # gpt-4o is priced
+    assert page.locator("#fleet-projected").is_hidden()  # no shadow turns here
+
+    page.click(f'.session-row[data-id="{session.id}"]')
+    box = page.locator("#session-savings")
+    box.wait_for()
+    detail = session.detail()
+    figure = box.locator(".figure").first
+    assert figure.get_attribute("data-tokens-saved") == str(detail["savings"]["tokens_saved"])
+    bars = page.locator("#session-chart svg")
+    assert bars.get_attribute("data-bars") == str(len(detail["turns"]))
+    assert page.locator("#session-chart .bar.gain").count() > 0
+    # Beside the token chart, not under it.
+    chart, panel = page.locator("#chart svg").bounding_box(), box.bounding_box()
+    assert chart is not None and panel is not None and panel["x"] > chart["x"] + chart["width"]
+
+    shot = tmp_path / "admin-savings.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"savings screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+    assert errors == []

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,16 @@ O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tik
 def _bpe_openai_cache() -> Path | None:
     """A tiktoken cache folder holding o200k_base, from the copy the `bpe-openai` package
     ships (PyPI, in the bench extra); tiktoken checks the file's SHA-256 itself."""
+    # Found without importing it: the package's __init__ loads its vocabularies through a
+    # deprecated importlib call (a DeprecationWarning, an error in the test run).
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        return None
     try:
-        packed = (resources.files("bpe_openai.data") / "o200k_base.tiktoken.gz").read_bytes()
-    except (ModuleNotFoundError, FileNotFoundError):
+        packed = (
+            Path(spec.submodule_search_locations[0]) / "data" / "o200k_base.tiktoken.gz"
+        ).read_bytes()
+    except FileNotFoundError:
         return None
     folder = Path(tempfile.gettempdir()) / "xun-bench-tiktoken"
     folder.mkdir(exist_ok=True)

@@ -54,7 +54,10 @@ def test_disconnect_mid_stream_closes_the_upstream_request_within_a_second(
     with httpx.Client(timeout=10) as client:
         url = proxy.base_url + "/chat/completions"
         with client.stream("POST", url, json=BODY, headers=PATHS[path]) as response:
-            first = next(response.iter_raw())
+            # Hold the iterator: a dropped one is closed at once, and closing it closes the
+            # connection, so the client would leave before the count below is read.
+            chunks = response.iter_raw()
+            first = next(chunks)
             assert first.startswith(b"data: ")
             # The fake counts the stream from its own thread: give the count a moment.
             assert fake_upstream.wait_for(lambda: fake_upstream.open_streams == 1, timeout=2)

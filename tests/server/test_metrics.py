@@ -58,6 +58,7 @@ def test_counters_move_with_a_compacting_session(
     assert value(m, "xun_compactions_total", level="toolcall", **auto) == 2
     assert value(m, "xun_compactions_total", level="summary", **auto) == 1
     assert value(m, "xun_compaction_tokens_before_count") == 3
+    assert value(m, "xun_worker_processes") == 1  # one process (tests/scale/test_workers.py: 2)
     assert value(m, "xun_compaction_tokens_after_count") == 3
     assert value(m, "xun_compaction_tokens_before_sum") > value(
         m, "xun_compaction_tokens_after_sum"

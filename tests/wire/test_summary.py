@@ -73,3 +73,13 @@ async def test_another_refusal_is_an_upstream_error_noted_for_the_operator(
     assert failures == [noted]
     with pytest.raises(UpstreamError):  # without a list, nothing is noted
         await post_summary(wire_named("chat"), answering(404, data, []), {}, {})
+
+
+async def test_the_reply_as_it_came_is_handed_on_once_read() -> None:
+    seen: list[Any] = []
+    wire = wire_named("messages")
+    await post_summary(wire, answering(200, REPLY, []), {}, {}, on_reply=seen.append)
+    assert seen == [REPLY]
+    with pytest.raises(UpstreamError):
+        await post_summary(wire, answering(500, {}, []), {}, {}, on_reply=seen.append)
+    assert seen == [REPLY]

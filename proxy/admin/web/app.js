@@ -101,6 +101,16 @@
     }
     state.cursor = page.next_cursor;
     $("more").hidden = !page.has_more;
+    if (!append) loadSavings();
+  }
+
+  async function loadSavings() {
+    const since = $("savings-window").value;
+    try {
+      window.XunSavings.fleet(await api("savings" + (since ? "?since=" + encodeURIComponent(since) : "")));
+    } catch (err) {
+      status(err.message, true);
+    }
   }
 
   // -- one session --------------------------------------------------------------------
@@ -303,6 +313,7 @@
     $("detail-title").textContent = "Session " + d.session;
     renderFacts(d);
     window.XunChart.draw($("chart"), d.turns || [], d.token_threshold);
+    window.XunSavings.session(d);
     renderSystem(d);
     renderConversation(d);
   }
@@ -390,6 +401,7 @@
       loadList(false);
     });
     $("refresh").addEventListener("click", () => loadList(false));
+    $("savings-window").addEventListener("change", loadSavings);
     $("more").addEventListener("click", () => loadList(true));
     $("compact-toolcall").addEventListener("click", () => compact("toolcall"));
     $("compact-summary").addEventListener("click", () => compact("summary"));

@@ -1,0 +1,229 @@
+"""Savings you can check: a 30-turn tool session through the proxy against the fake upstream,
+whose usage follows a known rule (`count_prompt_tokens`). What the upstream billed and what
+the client's own requests would have been billed directly are computed here from that rule;
+`/admin/savings`, `xun-proxy report` (on the stopped proxy's SQLite file) and `/metrics` must
+tell the same story."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.cli import main
+from proxy.compaction.prices import Prices
+from tests.support.agent import TOOLS, Agent, ModelScript, is_summary_request
+from tests.support.claude_model import ReadFilesModel
+from tests.support.fake_messages import FakeMessages
+from tests.support.fake_upstream import FakeUpstream, count_prompt_tokens
+from tests.support.wire_sessions import (
+    MESSAGES_MODEL,
+    MESSAGES_SYSTEM,
+    MESSAGES_TOOL,
+    messages_file,
+    wire_proxy,
+)
+
+TURNS = 30
+
+
+class RecordingAgent(Agent):
+    """An agent that keeps what each of its requests carried."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[dict[str, Any]] = []
+
+    def step(self, **extra: Any) -> Any:
+        self.sent.append({"messages": json.loads(json.dumps(self.messages)), "tools": TOOLS})
+        return super().step(**extra)
+
+
+def metric(text: str, name: str, model: str) -> float:
+    m = re.search(rf'^{name}{{model="{re.escape(model)}"}} (\S+)$', text, re.MULTILINE)
+    assert m is not None, f"{name} for {model} not in /metrics"
+    return float(m.group(1))
+
+
+def test_thirty_tool_turns_saved_what_the_bills_say(
+    fake_upstream: FakeUpstream,
+    make_proxy: Any,
+    openai_client: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_upstream.default = ModelScript()
+    db = tmp_path / "sessions.db"
+    proxy = make_proxy(token_threshold=8000, store_url=f"sqlite:///{db}")
+    agent = RecordingAgent(openai_client(proxy, session="savings-30"), output_size=2000)
+    agent.run(TURNS)
+
+    upstream = [r.json for r in fake_upstream.chat_requests]
+    billed = sum(count_prompt_tokens(body) for body in upstream)
+    direct = sum(count_prompt_tokens(body) for body in agent.sent)
+    expected = direct - billed
+    assert any(is_summary_request(body) for body in upstream)  # summaries were paid for
+    assert expected > 0.3 * direct  # the session did compact
+
+    with httpx.Client(base_url=proxy.url) as http:
+        report = http.get("/admin/savings").json()
+        by_session = http.get("/admin/savings", params={"by": "session", "since": "1h"}).json()
+        metrics_text = http.get("/metrics").text
+        detail = http.get(f"/admin/sessions/{by_session['groups'][0]['key']}").json()
+    totals = report["totals"]
+    print("billed", billed, "direct", direct, "saved", expected, "reported", totals)
+    assert totals["requests"] == TURNS
+    # Every prompt token the upstream billed, main requests and summary calls included.
+    assert totals["prompt_tokens_sent"] == billed
+    assert abs(totals["prompt_tokens_direct"] - direct) <= 0.15 * direct
+    assert abs(totals["tokens_saved"] - expected) <= 0.15 * expected
+    assert totals["summary_prompt_tokens"] > 0
+    # gpt-4o is priced: money follows the tokens (no cache on either side here).
+    assert totals["cost_saved"] == pytest.approx(totals["tokens_saved"] * 2.5 / 1e6, rel=1e-3)
+    assert totals["cost_saved"] == pytest.approx(
+        totals["cost_direct"] - totals["cost_sent"], abs=1e-6
+    )
+    assert report["groups"][0]["key"] == "gpt-4o"
+    assert sum(point["requests"] for point in report["series"]) == TURNS
+    assert report["projected"]["requests"] == 0
+    assert by_session["groups"][0]["session"] == "savings-30"
+    assert by_session["totals"]["tokens_saved"] == totals["tokens_saved"]
+    assert detail["savings"]["tokens_saved"] == totals["tokens_saved"]
+    assert all("savings" in turn for turn in detail["turns"])
+
+    assert metric(metrics_text, "xun_prompt_tokens_sent_total", "gpt-4o") == billed
+    saved_metric = metric(metrics_text, "xun_prompt_tokens_saved_total", "gpt-4o")
+    assert saved_metric == totals["tokens_saved"]
+    assert (
+        metric(metrics_text, "xun_prompt_tokens_direct_total", "gpt-4o")
+        == (totals["prompt_tokens_direct"])
+    )
+    assert metric(metrics_text, "xun_cost_saved_total", "gpt-4o") == pytest.approx(
+        totals["cost_saved"],
+        abs=1e-4,  # each turn's money is rounded to 6 places
+    )
+
+    proxy.stop()  # the report reads the stopped proxy's file
+    capsys.readouterr()
+    assert main(["report", "--store", f"sqlite:///{db}", "--format", "json", "--since", "24h"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["totals"] == totals
+    assert main(["report", "--store", f"sqlite:///{db}", "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("model,requests,prompt_tokens_sent")
+    assert rows[-1].startswith(f"TOTAL,{TURNS},{billed},")
+    assert main(["report", "--store", f"sqlite:///{db}", "--by", "session"]) == 0
+    table = capsys.readouterr().out
+    assert "TOTAL" in table and str(totals["tokens_saved"]) in table
+
+
+def _with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as Claude Code sends it: a cache breakpoint on the last message's last block."""
+    out = json.loads(json.dumps(messages))
+    last = out[-1]
+    if isinstance(last["content"], str):
+        last["content"] = [{"type": "text", "text": last["content"]}]
+    last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+def test_a_messages_session_with_a_prompt_cache_against_its_direct_bills() -> None:
+    """Anthropic Messages, with cache breakpoints: each client request also goes to a second
+    fake directly, whose bills (cache reads and writes included) the report's direct side
+    must match; an extract round and summary calls are billed to the proxy."""
+    paths = [f"src/file_{n:02d}.py" for n in range(1, 21)]
+    headers = {
+        "x-api-key": "sk-ant-client",
+        "anthropic-version": "2023-06-01",
+        "x-claude-code-session-id": "claude-savings",
+    }
+    model = ReadFilesModel(paths, tool="read_file", path_key="path", thinking=False)
+    direct_bills: list[dict[str, int]] = []
+    with wire_proxy() as proxy, FakeMessages() as direct, httpx.Client(timeout=30) as client:
+        proxy.messages.policy = model
+        direct.policy = ReadFilesModel(paths, tool="read_file", path_key="path", thinking=False)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files in order."}]
+        for _ in paths:
+            body = {
+                "model": MESSAGES_MODEL,
+                "max_tokens": 1024,
+                "system": MESSAGES_SYSTEM,
+                "tools": [MESSAGES_TOOL],
+                "messages": _with_breakpoint(messages),
+            }
+            resp = client.post(proxy.url + "/v1/messages", json=body, headers=headers)
+            assert resp.status_code == 200, resp.text
+            usage = client.post(direct.base_url + "/v1/messages", json=body, headers=headers)
+            direct_bills.append(usage.json()["usage"])
+            reply = resp.json()
+            messages.append({"role": "assistant", "content": reply["content"]})
+            calls = [b for b in reply["content"] if b["type"] == "tool_use"]
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": c["id"],
+                            "content": messages_file(c["input"]["path"]),
+                        }
+                        for c in calls
+                    ],
+                }
+            )
+        report = proxy.admin("GET", "/savings").json()
+
+    billed = sum(proxy.messages.input_tokens(r.json) for r in proxy.messages.messages_requests)
+    direct_prompt = sum(
+        u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"]
+        for u in direct_bills
+    )
+    direct_read = sum(u["cache_read_input_tokens"] for u in direct_bills)
+    direct_written = sum(u["cache_creation_input_tokens"] for u in direct_bills)
+    price = Prices()(MESSAGES_MODEL)
+    assert price is not None
+    direct_cost = price.prompt(direct_prompt, direct_read, direct_written)
+    totals = report["totals"]
+    print("direct", direct_prompt, direct_read, direct_written, direct_cost, "report", totals)
+    assert model.extracted and model.proxy_summaries  # an extract round, summary calls
+    assert totals["requests"] == len(paths)
+    assert totals["prompt_tokens_sent"] == billed  # requests, the extract round, summaries
+    assert totals["extract_prompt_tokens"] > 0 and totals["summary_prompt_tokens"] > 0
+    assert abs(totals["prompt_tokens_direct"] - direct_prompt) <= 0.05 * direct_prompt
+    saved = direct_prompt - billed
+    assert abs(totals["tokens_saved"] - saved) <= 0.15 * abs(saved)
+    assert abs(totals["cache_read_tokens_direct"] - direct_read) <= 0.15 * direct_read
+    assert abs(totals["cache_write_tokens_direct"] - direct_written) <= 0.15 * direct_written
+    assert abs(totals["cost_direct"] - direct_cost) <= 0.15 * direct_cost
+
+
+def test_streamed_turns_are_counted_too(
+    fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any
+) -> None:
+    proxy = make_proxy()
+    client = openai_client(proxy, session="streamed")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Say something. " * 50}]
+    for _ in range(3):
+        stream = client.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "More."}]
+    billed = sum(count_prompt_tokens(r.json) for r in fake_upstream.chat_requests)
+    totals = httpx.get(proxy.url + "/admin/savings").json()["totals"]
+    # Nothing compacted: what was sent is what direct would have sent.
+    assert (totals["requests"], totals["prompt_tokens_sent"]) == (3, billed)
+    assert totals["prompt_tokens_direct"] == billed and totals["tokens_saved"] == 0
+
+
+def test_a_bad_window_or_grouping_is_a_400_in_openais_shape(make_proxy: Any) -> None:
+    proxy = make_proxy()
+    for params, param in (({"since": "yesterday"}, "since"), ({"by": "colour"}, "by")):
+        resp = httpx.get(proxy.url + "/admin/savings", params=params)
+        assert resp.status_code == 400, resp.text
+        error = resp.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == param
+    naive = httpx.get(proxy.url + "/admin/savings", params={"until": "2026-01-01T00:00:00"})
+    assert naive.status_code == 400 and "offset" in naive.json()["error"]["message"]
