@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from proxy.artifacts import TextForm, text_of
 from proxy.session.tool_output import EMPTY_OUTPUT, as_text, is_empty
 
 EXTRACT_TOOL_NAME = "extract_compacted_tool_result"
@@ -64,21 +65,22 @@ def split_calls(calls: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return own, extract
 
 
-def content_text(content: Any) -> str:
-    """A tool result's content as text (list content joins its text parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                parts.append(str(part.get("text") or ""))
-            else:
-                parts.append(str(part))
-        return "".join(parts)
-    if content is None:
-        return ""
+def _plain_part(part: Any) -> str:
+    return str(part.get("text") or "") if isinstance(part, dict) else str(part)
+
+
+def _plain_whole(content: Any) -> str:
     return orjson.dumps(content).decode()
+
+
+# Text parts run together with no separator; a dict part without text is "", any other
+# part `str()`; a content that is not a list its JSON.
+PLAIN = TextForm(part=_plain_part, whole=_plain_whole, sep="")
+
+
+def content_text(content: Any) -> str:
+    """A tool result's content as text (`PLAIN`: list content joins its text parts)."""
+    return text_of(content, PLAIN)
 
 
 def _requested_id(arguments: Any) -> str | None:

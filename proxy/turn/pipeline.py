@@ -24,10 +24,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.compact import CompactorAbstract
 from proxy.compaction.cache_life import cache_cold
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
-from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
-from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder
 from proxy.compaction.windows import known_window, threshold_for
-from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
+from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
 from proxy.session.hidden_rounds import answer_messages, round_entry
 from proxy.session.identity import session_key, tenant_of
@@ -43,6 +42,8 @@ from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
+from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
+from proxy.wire.summary import post_summary
 
 log = logging.getLogger("proxy.pipeline")
 
@@ -137,19 +138,18 @@ class Pipeline:
                 self.upstream_ms += (time.perf_counter() - started) * 1000
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
-            status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
+            return await post_summary(
+                self.wire, self.upstream.post_json, summary, self.headers, on_reply=self.billed
+            )
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
-        if status == 200 and isinstance(data, dict):
-            reply = self.wire.summary_reply(data)
-            try:
-                self.measure.summary(self.wire.reply_round(data).usage)
-            except ProxyError:  # a reply the summary read but no round: billed unknown
-                self.measure.summary(None)
-            return reply
-        if is_context_length_error(status, data):
-            raise ContextLengthExceeded(str(status))
-        raise UpstreamError(f"summary request failed with status {status}")
+
+    def billed(self, reply: JSON) -> None:
+        """Note what a summary request was billed (its reply, read as the summary)."""
+        try:
+            self.measure.summary(self.wire.reply_round(reply).usage)
+        except ProxyError:  # a reply the summary read but no round: billed unknown
+            self.measure.summary(None)
 
     async def prepare(
         self,
@@ -273,7 +273,7 @@ class Pipeline:
         rb = self.turn.rb
         if rb is None or not self.compaction_enabled() or self.turn.degraded:
             return False
-        window = self.wire.learned_window(error_body)
+        window = window_of(error_body)
         if window:
             rb.state.context_window = window
         missing = missing_tokens(error_body)
@@ -335,7 +335,7 @@ class Pipeline:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 data = None
-            if is_context_length_error(resp.status_code, data) and await self.escalate(data):
+            if is_length_refusal(resp.status_code, data) and await self.escalate(data):
                 body = self.current_body()
                 continue
             return None, Response(

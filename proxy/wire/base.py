@@ -180,7 +180,3 @@ class Wire(Protocol):
     ) -> JSON:
         """An error body in this API's shape."""
         ...
-
-    def learned_window(self, error_body: Any) -> int | None:
-        """The context window a length refusal names, if it does."""
-        ...

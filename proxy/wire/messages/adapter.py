@@ -165,6 +165,3 @@ class MessagesWire:
         self, status: int, message: str, type_: str, code: str | None, param: str | None = None
     ) -> JSON:
         return bodies.error_body(status, message, type_, code)
-
-    def learned_window(self, error_body: Any) -> int | None:
-        return bodies.learned_window(error_body)
