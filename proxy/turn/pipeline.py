@@ -42,6 +42,7 @@ from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
+from proxy.wire.chat.adapter import ChatWire
 from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
 from proxy.wire.summary import post_summary
 
@@ -133,7 +134,9 @@ class Pipeline:
         elsewhere = getattr(self.request.app.state, "summary_upstream", None)
         if elsewhere is not None:
             try:
-                return await post_summary_elsewhere(elsewhere, self.settings, chat_body)
+                return await post_summary_elsewhere(
+                    elsewhere, self.settings, chat_body, on_reply=self.billed_in_chat
+                )
             finally:
                 self.upstream_ms += (time.perf_counter() - started) * 1000
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
@@ -144,12 +147,16 @@ class Pipeline:
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
 
-    def billed(self, reply: JSON) -> None:
+    def billed(self, reply: JSON, wire: Wire | None = None) -> None:
         """Note what a summary request was billed (its reply, read as the summary)."""
         try:
-            self.measure.summary(self.wire.reply_round(reply).usage)
+            self.measure.summary((wire or self.wire).reply_round(reply).usage)
         except ProxyError:  # a reply the summary read but no round: billed unknown
             self.measure.summary(None)
+
+    def billed_in_chat(self, reply: JSON) -> None:
+        """`billed` for a summary upstream's reply, which is always Chat Completions'."""
+        self.billed(reply, ChatWire())
 
     async def prepare(
         self,

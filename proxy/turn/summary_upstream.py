@@ -9,15 +9,14 @@ a failed summary sends the request upstream uncompacted, never fails it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
 from proxy.compaction.summary_transcript import transcript_body
-from proxy.errors import UpstreamError
 from proxy.settings import Settings
 from proxy.upstream.client import Upstream
-
-CHAT_PATH = "/chat/completions"
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.summary import post_summary as post_in_wire
 
 
 def open_summary_upstream(settings: Settings) -> Upstream | None:
@@ -42,13 +41,13 @@ def summary_headers(settings: Settings) -> dict[str, str]:
 
 
 async def post_summary(
-    upstream: Upstream, settings: Settings, chat_body: dict[str, Any]
+    upstream: Upstream,
+    settings: Settings,
+    chat_body: dict[str, Any],
+    on_reply: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """One summary request to the summary upstream; its Chat Completions reply."""
+    """One summary request to the summary upstream; its Chat Completions reply (`on_reply`
+    is handed it, as `proxy.wire.summary.post_summary` does)."""
     body = transcript_body(chat_body)
-    status, data, _ = await upstream.post_json(CHAT_PATH, body, summary_headers(settings))
-    if status == 200:
-        return data
-    if is_context_length_error(status, data):
-        raise ContextLengthExceeded(str(status))
-    raise UpstreamError(f"summary upstream answered {status}")
+    headers = summary_headers(settings)
+    return await post_in_wire(ChatWire(), upstream.post_json, body, headers, on_reply=on_reply)
