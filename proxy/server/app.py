@@ -37,7 +37,8 @@ from proxy.server.logging import RequestLogMiddleware
 from proxy.server.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.server.model_routes import chat_completions, messages, responses
 from proxy.server.origin import OriginGuardMiddleware
-from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
+from proxy.setting_values import BUILTIN_COMPACTORS
+from proxy.settings import ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
 from proxy.turn.body_reuse import BodyReuse

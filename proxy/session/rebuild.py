@@ -368,7 +368,6 @@ def record_turn(
     now: float | None = None,
     keep_view: bool = True,
     extra: dict[str, Any] | None = None,
-    cache_cold: bool = False,
 ) -> SessionState:
     """Note that the upstream answered this request: the prefix covered and the usage.
 
@@ -396,7 +395,6 @@ def record_turn(
             **({} if written_tokens is None else {"cache_write_tokens": written_tokens}),
             "compaction": compaction,
             **(extra or {}),
-            **({"cache_cold": True} if cache_cold else {}),
         }
     )
     return state

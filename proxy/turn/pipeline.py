@@ -455,9 +455,8 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved},
+                    extra={"savings": saved, **({"cache_cold": True} if self.cache_cold() else {})},
                     now=self.clock(),
-                    cache_cold=self.cache_cold(),
                 )
                 vec = savings.count(rb, saved)
                 if vec is not None:
