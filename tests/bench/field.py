@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.requests, args.peer_requests = 4, 150, 20
         args.seconds, args.stream_rounds, args.grow = 1.5, 2, 15
     scratch = run_dir(args.tag)
+    at_start = machine()
     children: list[Child] = []
     with running(children):
         started, targets, setup = start(scratch, args)
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()  # the client's own collections stay out of every target's tail
         result = asyncio.run(run(targets, args))
     summary = {
-        "machine": machine(),
+        "machine": at_start,
         "commit": git_commit(),
         "argv": sys.argv[1:],
         "setup": setup,

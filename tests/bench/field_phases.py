@@ -305,9 +305,13 @@ async def growing(targets: list[Target], args: argparse.Namespace) -> dict[str, 
         conns = {t.name: t.connection() for t in targets}
         lat: dict[str, list[float]] = {t.name: [] for t in targets}
         before = {t.name: memory_of(t) for t in targets}
+        trace: dict[str, list[float | None]] = {t.name: [] for t in targets}
         peer_every = max(1, args.grow // 8)
         warm = 3
         for i in range(args.grow + warm):
+            if i >= warm and (i - warm) % max(1, args.grow // 4) == 0:
+                for t in targets:  # resident memory along the way: flat, or growing?
+                    trace[t.name].append(memory_of(t))
             messages += _turn(i)
             payload = orjson.dumps(body(messages))
             for t in rotated(targets, i):
@@ -337,6 +341,7 @@ async def growing(targets: list[Target], args: argparse.Namespace) -> dict[str, 
                     "p50": rnd(percentile(lat[t.name], 50), 2),
                     "p90": rnd(percentile(lat[t.name], 90), 2),
                     "memory_before_mib": before[t.name],
+                    "memory_trace_mib": [*trace[t.name], memory_of(t)],
                     "memory_after_mib": memory_of(t),
                 }
                 for t in targets
@@ -358,6 +363,24 @@ def _ratio(value: float | None, base: float | None) -> str:
 def print_report(summary: dict[str, Any]) -> None:
     print_header("The field's metric set (each against direct, same run)")
     print(report_table(summary["results"]))
+
+
+def report_block(summary: dict[str, Any] | None) -> str:
+    """The BENCHMARKS.md block of a `tests.bench.field` result (`tests.bench.report`)."""
+    if not summary:
+        return "(no results yet: run `python -m tests.bench.field`)"
+    m = summary["machine"]
+    lines = [
+        f"Run at commit {summary.get('commit')}, {m['date']}, load average "
+        f"{m.get('loadavg_at_start')} at its start; `python -m tests.bench.field "
+        + " ".join(summary.get("argv") or [])
+        + "`. Targets:"
+    ]
+    for name, info in summary["setup"].items():
+        state = info.get("version") or "ok" if info.get("ok") else f"not run: {info.get('error')}"
+        where = f" (the proxy of `{info['cwd']}`)" if name == "xun-base" else ""
+        lines.append(f"- {name}: {state}{where}")
+    return "\n".join(lines) + "\n\n" + report_table(summary["results"])
 
 
 def _vs(res: dict[str, Any], key: str, names: list[str]) -> list[str]:
@@ -409,7 +432,16 @@ def report_table(res: dict[str, Any]) -> str:
     for size, h in (res.get("histories") or {}).items():
         rows.append([f"{size} growing: p50 ms (added)", *_vs(h, "p50", names)])
         rows.append(
-            [f"{size} growing: MiB before -> after"]
-            + [f"{h[n]['memory_before_mib']} -> {h[n]['memory_after_mib']}" for n in names]
+            [f"{size} growing: MiB before, then each quarter"]
+            + [
+                " -> ".join(
+                    str(v)
+                    for v in [
+                        h[n]["memory_before_mib"],
+                        *h[n].get("memory_trace_mib", [h[n]["memory_after_mib"]]),
+                    ]
+                )
+                for n in names
+            ]
         )
     return table(["figure", *names], rows)
