@@ -102,6 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
     from proxy.server import allocator, lifecycle
     from proxy.server.app import create_app
     from proxy.server.logging import configure_logging
+    from proxy.turn.thinking_binder import WALKS
 
     fields = set(Settings.model_fields)
     overrides = {key: value for key, value in vars(args).items() if key in fields}
@@ -118,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
         if store is not None:
             store.release_memory()
         app.state.neutral_reuse.clear()  # conversions kept only for speed
+        WALKS.clear()  # and the thinking bindings' walks (proxy.turn.thinking_binder)
 
     reclaimer = allocator.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),
