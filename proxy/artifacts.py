@@ -20,13 +20,17 @@ Each caller keeps its form beside it (`DISPLAY` in `conversation_message`, `VIEW
 `admin.view`, `TOOL_OUTPUT` and `PLAIN` in `session/`); `TEXT_ONLY` and `TEXT_AND_REFUSALS`
 are here.
 
-Pure code: no I/O.
+A long session's compacted span is read again on every request that applies its summary
+(the trail is rebuilt from the same messages): what the scans found in a long tool result is
+remembered (`_result_facts`), so such a request reads the new results only. Pure code: no
+I/O.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -368,19 +372,68 @@ def entries_of(messages: Sequence[Mapping[str, Any]]) -> list[Entry]:
                 fn = call.get("function") if isinstance(call, Mapping) else None
                 if not isinstance(fn, Mapping):
                     continue
-                name, arguments = str(fn.get("name") or ""), fn.get("arguments")
-                for path, op in call_paths(name, arguments):
+                paths, texts = _call_facts(str(fn.get("name") or ""), fn.get("arguments"))
+                for path, op in paths:
                     found.append({"kind": "file", "path": path, "ops": [op]})
-                commands = [{"kind": "command", "text": c} for c in _commands(arguments)]
+                commands = [{"kind": "command", "text": c} for c in texts]
                 found.extend(commands)
                 pending[str(call.get("id"))] = commands
         elif role == "tool":
-            result = text_of(message.get("content"), TEXT_ONLY)
-            status = exit_status(result)
+            status, line = _result_facts(text_of(message.get("content"), TEXT_ONLY))
             for command in pending.pop(str(message.get("tool_call_id")), []):
                 if status is not None:
                     command["exit"] = status
-            line = error_line(result)
             if line is not None:
                 found.append({"kind": "error", "text": line})
+    return found
+
+
+# Tool results at least this long have their scans remembered (shorter ones are scanned
+# faster than looked up), up to this many characters in all, the least recent forgotten first.
+# A lookup hashes the text once: the same string object, as the session's kept history hands
+# it to each request, keeps its hash and compares by identity.
+REMEMBERED_MIN_CHARS = 1024
+REMEMBERED_MAX_CHARS = 16 * 2**20
+_remembered: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
+_remembered_chars = [0]
+
+
+REMEMBERED_CALLS = 8192
+_remembered_calls: OrderedDict[tuple[str, str], tuple[list[tuple[str, str]], list[str]]] = (
+    OrderedDict()
+)
+
+
+def _call_facts(name: str, arguments: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    """(`call_paths(name, arguments)`, `_commands(arguments)`), remembered for the last
+    `REMEMBERED_CALLS` calls whose arguments are a JSON string (as every wire sends them).
+    The lists are shared: callers only read them."""
+    if not isinstance(arguments, str):
+        return call_paths(name, arguments), _commands(arguments)
+    key = (name, arguments)
+    found = _remembered_calls.get(key)
+    if found is not None:
+        _remembered_calls.move_to_end(key)
+        return found
+    found = call_paths(name, arguments), _commands(arguments)
+    _remembered_calls[key] = found
+    if len(_remembered_calls) > REMEMBERED_CALLS:
+        _remembered_calls.popitem(last=False)
+    return found
+
+
+def _result_facts(result: str) -> tuple[str | None, str | None]:
+    """(`exit_status(result)`, `error_line(result)`), remembered for long results."""
+    if len(result) < REMEMBERED_MIN_CHARS:
+        return exit_status(result), error_line(result)
+    found = _remembered.get(result)
+    if found is not None:
+        _remembered.move_to_end(result)
+        return found
+    found = exit_status(result), error_line(result)
+    _remembered[result] = found
+    _remembered_chars[0] += len(result)
+    while _remembered_chars[0] > REMEMBERED_MAX_CHARS and _remembered:
+        old, _ = _remembered.popitem(last=False)
+        _remembered_chars[0] -= len(old)
     return found

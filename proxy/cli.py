@@ -256,6 +256,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
     the socket and server class, are then the worker's)."""
     from proxy.server import allocator, lifecycle
     from proxy.server.app import create_app
+    from proxy.turn.thinking_binder import WALKS
 
     app = create_app(settings, worker_metrics=metrics)
     # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
@@ -268,6 +269,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
         if store is not None:
             store.release_memory()
         app.state.neutral_reuse.clear()  # conversions kept only for speed
+        WALKS.clear()  # and the thinking bindings' walks (proxy.turn.thinking_binder)
 
     reclaimer = allocator.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),

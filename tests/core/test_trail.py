@@ -410,3 +410,36 @@ def test_files_the_summary_names_are_not_listed_again() -> None:
     assert trail.render(t) != text and "- src/read.py" in trail.render(t)
     fenced = format_compacted_summary(summary, t)
     assert fenced.count("src/read.py") == 1 and "src/other.py" in fenced
+
+
+def test_long_tool_results_scanned_once_give_what_scanning_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A span read again (each request that applies a session's summary) finds the same
+    entries; a long result's scans are remembered, within a bound in characters."""
+    from proxy import artifacts
+
+    monkeypatch.setattr(artifacts, "_remembered", artifacts.OrderedDict())
+    monkeypatch.setattr(artifacts, "_remembered_chars", [0])
+    monkeypatch.setattr(artifacts, "REMEMBERED_MAX_CHARS", 12_000)
+    outputs = [
+        "ok\n" * 600 + "Exit code: 0",
+        "line\n" * 500 + "Traceback (most recent call last):\n  x\nValueError: bad",
+        "short: Exit code: 2",
+        "x" * 5000 + "\nexit status 3",
+    ]
+    span: list[dict[str, Any]] = []
+    for n, output in enumerate(outputs):
+        call = tool_call(f"c{n}", "bash", json.dumps({"command": f"make t{n}"}))
+        span.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        span.append({"role": "tool", "tool_call_id": f"c{n}", "content": output})
+    first = artifacts.entries_of(span)
+    again = artifacts.entries_of(span)
+    assert first == again
+    statuses = [e.get("exit") for e in first if e["kind"] == "command"]
+    assert statuses == [exit_status(o) for o in outputs]
+    assert [e["text"] for e in first if e["kind"] == "error"] == [
+        line for o in outputs if (line := error_line(o)) is not None
+    ]
+    assert artifacts._remembered_chars[0] <= 12_000
+    assert "short: Exit code: 2" not in artifacts._remembered  # short: scanned each time
