@@ -13,17 +13,40 @@ form) for the artifact trail (`proxy.trail`):
 - the first error line of results that look like failures;
 - the user's explicit rules ("do not ...", "always ...", "never ...", "must ..."), verbatim.
 
-Pure code: no I/O.
+Here too, at the bottom of the seed's imports so every module may use it: `text_of`, the one
+function that writes a message content as text, with the options a `TextForm` gives
+(separator, which keys hold a part's text, how other parts and non-list contents appear).
+Each caller keeps its form beside it (`DISPLAY` in `conversation_message`, `VIEWER` in
+`admin.view`, `TOOL_OUTPUT` and `PLAIN` in `session/`); `TEXT_ONLY` and `TEXT_AND_REFUSALS`
+are here.
+
+A long session's compacted span is read again on every request that applies its summary
+(the trail is rebuilt from the same messages): what the scans found in a long tool result is
+remembered (`_result_facts`), so such a request reads the new results only. Pure code: no
+I/O.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["call_paths", "command_paths", "constraints", "entries_of", "error_line", "exit_status"]
+__all__ = [
+    "TEXT_AND_REFUSALS",
+    "TEXT_ONLY",
+    "TextForm",
+    "call_paths",
+    "command_paths",
+    "constraints",
+    "entries_of",
+    "error_line",
+    "exit_status",
+    "text_of",
+]
 
 MAX_TEXT = 200  # characters of one error or constraint line
 MAX_COMMAND = 120
@@ -95,16 +118,63 @@ _CONSTRAINT = re.compile(r"\b(?:do not|don't|dont|always|never|must)\b", re.IGNO
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def _text(content: Any) -> str:
+# -- a message content as text: the one function, for every module ---------------------
+
+
+@dataclass(frozen=True)
+class TextForm:
+    """How `text_of` writes a message content (a string, a list of parts, or other JSON) as
+    one string. Each caller's form is pinned by tests/core/test_content_text.py."""
+
+    part: Callable[[Any], str | None]
+    """A part with no text under `text_keys` (a string part, an image, a file, an unknown
+    part): its text, or None to leave it out."""
+    whole: Callable[[Any], str]
+    """A content that is neither None, a string nor a list."""
+    sep: str = "\n"
+    """Between the parts' texts."""
+    text_keys: tuple[str, ...] = ("text",)
+    """A dict part's text: the value of the first of these keys the part has, if a string."""
+
+
+def text_of(content: Any, form: TextForm) -> str:
+    """A message content as text, written as `form` says: None is "", a string itself, a
+    list its parts' texts joined by `form.sep`."""
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
+    if not isinstance(content, list):
+        return form.whole(content)
+    pieces = []
+    for part in content:
+        text = None
+        if isinstance(part, dict):
+            for key in form.text_keys:
+                if key in part:
+                    value = part[key]
+                    text = value if isinstance(value, str) else None
+                    break
+        if text is None:
+            text = form.part(part)
+        if text is not None:
+            pieces.append(text)
+    return pieces[0] if len(pieces) == 1 else form.sep.join(pieces)
+
+
+def _left_out(value: Any) -> None:
+    return None
+
+
+def _no_text(value: Any) -> str:
     return ""
+
+
+# Only the text parts (what a model wrote or read as text); nothing else, not even a
+# string part.
+TEXT_ONLY = TextForm(part=_left_out, whole=_no_text)
+# Text parts and refusal parts (Chat's and Responses' assistant refusals).
+TEXT_AND_REFUSALS = TextForm(part=_left_out, whole=_no_text, text_keys=("text", "refusal"))
 
 
 def _one_line(text: str, limit: int = MAX_TEXT) -> str:
@@ -295,26 +365,75 @@ def entries_of(messages: Sequence[Mapping[str, Any]]) -> list[Entry]:
         if role == "user":
             found.extend(
                 {"kind": "constraint", "text": c}
-                for c in constraints(_text(message.get("content")))
+                for c in constraints(text_of(message.get("content"), TEXT_ONLY))
             )
         elif role == "assistant":
             for call in message.get("tool_calls") or []:
                 fn = call.get("function") if isinstance(call, Mapping) else None
                 if not isinstance(fn, Mapping):
                     continue
-                name, arguments = str(fn.get("name") or ""), fn.get("arguments")
-                for path, op in call_paths(name, arguments):
+                paths, texts = _call_facts(str(fn.get("name") or ""), fn.get("arguments"))
+                for path, op in paths:
                     found.append({"kind": "file", "path": path, "ops": [op]})
-                commands = [{"kind": "command", "text": c} for c in _commands(arguments)]
+                commands = [{"kind": "command", "text": c} for c in texts]
                 found.extend(commands)
                 pending[str(call.get("id"))] = commands
         elif role == "tool":
-            result = _text(message.get("content"))
-            status = exit_status(result)
+            status, line = _result_facts(text_of(message.get("content"), TEXT_ONLY))
             for command in pending.pop(str(message.get("tool_call_id")), []):
                 if status is not None:
                     command["exit"] = status
-            line = error_line(result)
             if line is not None:
                 found.append({"kind": "error", "text": line})
+    return found
+
+
+# Tool results at least this long have their scans remembered (shorter ones are scanned
+# faster than looked up), up to this many characters in all, the least recent forgotten first.
+# A lookup hashes the text once: the same string object, as the session's kept history hands
+# it to each request, keeps its hash and compares by identity.
+REMEMBERED_MIN_CHARS = 1024
+REMEMBERED_MAX_CHARS = 16 * 2**20
+_remembered: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
+_remembered_chars = [0]
+
+
+REMEMBERED_CALLS = 8192
+_remembered_calls: OrderedDict[tuple[str, str], tuple[list[tuple[str, str]], list[str]]] = (
+    OrderedDict()
+)
+
+
+def _call_facts(name: str, arguments: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    """(`call_paths(name, arguments)`, `_commands(arguments)`), remembered for the last
+    `REMEMBERED_CALLS` calls whose arguments are a JSON string (as every wire sends them).
+    The lists are shared: callers only read them."""
+    if not isinstance(arguments, str):
+        return call_paths(name, arguments), _commands(arguments)
+    key = (name, arguments)
+    found = _remembered_calls.get(key)
+    if found is not None:
+        _remembered_calls.move_to_end(key)
+        return found
+    found = call_paths(name, arguments), _commands(arguments)
+    _remembered_calls[key] = found
+    if len(_remembered_calls) > REMEMBERED_CALLS:
+        _remembered_calls.popitem(last=False)
+    return found
+
+
+def _result_facts(result: str) -> tuple[str | None, str | None]:
+    """(`exit_status(result)`, `error_line(result)`), remembered for long results."""
+    if len(result) < REMEMBERED_MIN_CHARS:
+        return exit_status(result), error_line(result)
+    found = _remembered.get(result)
+    if found is not None:
+        _remembered.move_to_end(result)
+        return found
+    found = exit_status(result), error_line(result)
+    _remembered[result] = found
+    _remembered_chars[0] += len(result)
+    while _remembered_chars[0] > REMEMBERED_MAX_CHARS and _remembered:
+        old, _ = _remembered.popitem(last=False)
+        _remembered_chars[0] -= len(old)
     return found

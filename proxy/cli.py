@@ -144,6 +144,19 @@ def _add_server_flags(serve: argparse.ArgumentParser) -> None:
         help="model for summaries (default: the request's model)",
     )
     add(
+        "--summary-upstream",
+        dest="summary_upstream",
+        metavar="URL",
+        help="OpenAI-compatible base URL for summaries, asked in Chat Completions "
+        "(default: none, summaries go where the session's requests go)",
+    )
+    add(
+        "--summary-upstream-api-key",
+        dest="summary_upstream_api_key",
+        metavar="KEY",
+        help="key sent to --summary-upstream (default: none)",
+    )
+    add(
         "--prices",
         dest="prices",
         metavar="FILE",
@@ -249,6 +262,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
     the socket and server class, are then the worker's)."""
     from proxy.server import allocator, lifecycle
     from proxy.server.app import create_app
+    from proxy.turn.thinking_binder import WALKS
 
     app = create_app(settings, worker_metrics=metrics)
     # After a burst of load, give the allocators' spare memory back (proxy.server.allocator).
@@ -261,6 +275,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
         if store is not None:
             store.release_memory()
         app.state.neutral_reuse.clear()  # conversions kept only for speed
+        WALKS.clear()  # and the thinking bindings' walks (proxy.turn.thinking_binder)
 
     reclaimer = allocator.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from proxy.artifacts import TextForm, text_of
 from proxy.errors import UnreadableInput
 from proxy.rules import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
 
@@ -221,26 +222,26 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _display_part(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
+        return "[image]"
+    return _json_text(part)
+
+
+# Text parts, string parts as they are, Chat's and Responses' images as `[image]`, any other
+# part (and a content that is not a list) as JSON.
+DISPLAY = TextForm(part=_display_part, whole=_json_text)
+
+
 def content_to_text(content: Any, truncate: bool = False) -> str:
-    """Display text of a message content: text parts joined, images as `[image]`."""
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        pieces = []
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                pieces.append(part["text"])
-            elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
-                pieces.append("[image]")
-            elif isinstance(part, str):
-                pieces.append(part)
-            else:
-                pieces.append(json.dumps(part, ensure_ascii=False, default=str))
-        text = "\n".join(pieces)
-    else:
-        text = json.dumps(content, ensure_ascii=False, default=str)
+    """Display text of a message content (`DISPLAY`): text parts joined, images as `[image]`."""
+    text = text_of(content, DISPLAY)
     if truncate and len(text) > TRUNCATE_AT:
         return text[:TRUNCATE_AT] + "..."
     return text

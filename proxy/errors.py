@@ -24,7 +24,7 @@ it); those defined elsewhere name their module:
     │   ├── StoreError (store.base): VersionConflict, SessionTooLarge
     │   ├── UnrecognisedHistory (session.history)
     │   ├── Unsupported (wire.base)
-    │   ├── ContextLengthExceeded (compaction.summarizer)
+    │   ├── ContextLengthExceeded
     │   └── _Wide (session.json_limits)
     ├── UnreadableInput                                     translated at the boundary into
     │   │                                                   the ProxyError the API would answer
@@ -64,6 +64,11 @@ class XunError(Exception):
 class DegradeError(XunError):
     """A failure of compaction, the store or the summary: it never fails the user's request,
     which goes upstream uncompacted."""
+
+
+class ContextLengthExceeded(DegradeError):
+    """Upstream refused a request because the prompt does not fit the model's window (read by
+    `proxy.wire.refusal`): the summariser splits its request, or gives up on the summary."""
 
 
 class UnreadableInput(XunError):

@@ -77,7 +77,8 @@ def format_compacted_summary(summary: str, trail: Mapping[str, Any] | None = Non
     let the rest read as system text, so it is defused (only ever changes such summaries).
     The trail (`proxy.trail`) goes inside the fence: it quotes tool calls and results too.
     """
-    rendered = render_trail(trail) if trail else ""
+    # Files the summary names verbatim are not listed again (`proxy.trail.render`).
+    rendered = render_trail(trail, shown=summary) if trail else ""
     text = f"{summary}\n\n{rendered}" if rendered else summary
     return COMPACTED_SYSTEM_PROMPT.format(
         summary=text.replace(_FENCE_CLOSE, "<\\/conversation_summary")

@@ -13,7 +13,6 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,7 +22,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from proxy.errors import XunError
 from proxy.hosts import normalise_names
-from proxy.setting_values import clean_secret, is_loopback
+from proxy.setting_values import (
+    BUILTIN_COMPACTORS,
+    OPTIONS,
+    OPTIONS_BY_FIELD,
+    OPTIONS_BY_KEY,
+    clean_secret,
+    is_loopback,
+)
 
 MiB = 1024 * 1024
 DAY = 24 * 60 * 60
@@ -33,83 +39,6 @@ _WriteFactor = Annotated[float, Field(ge=0, le=10)]
 _Money = Annotated[float, Field(ge=0)]
 
 
-@dataclass(frozen=True)
-class Option:
-    """Where one setting can come from: its YAML key, environment variable and flag."""
-
-    field: str
-    key: str
-    env: str | None = None
-    flag: str | None = None
-
-
-# The strategies that ship with the proxy, by the short name `auto_compact.compactor` takes.
-BUILTIN_COMPACTORS: Mapping[str, str] = {
-    "seed": "proxy.compact:AutoCompactor",
-    "cache-aware": "proxy.compaction.cache_aware:CacheAwareCompactor",
-}
-
-OPTIONS: tuple[Option, ...] = (
-    Option("upstream_base_url", "upstream.base_url", "XUN_UPSTREAM", "--upstream"),
-    Option(
-        "anthropic_base_url",
-        "upstream.anthropic_base_url",
-        "XUN_ANTHROPIC_UPSTREAM",
-        "--anthropic-upstream",
-    ),
-    Option("upstream_api_key", "upstream.api_key", "XUN_UPSTREAM_API_KEY", "--upstream-api-key"),
-    Option("anthropic_api_key", "upstream.anthropic_api_key", "XUN_ANTHROPIC_API_KEY"),
-    Option("connect_timeout", "upstream.connect_timeout", "XUN_CONNECT_TIMEOUT"),
-    Option("read_timeout", "upstream.read_timeout", "XUN_READ_TIMEOUT"),
-    Option("first_byte_timeout", "upstream.first_byte_timeout", "XUN_FIRST_BYTE_TIMEOUT"),
-    Option("idle_timeout", "upstream.idle_timeout", "XUN_IDLE_TIMEOUT"),
-    Option("write_timeout", "upstream.write_timeout", "XUN_WRITE_TIMEOUT"),
-    Option("pool_timeout", "upstream.pool_timeout", "XUN_POOL_TIMEOUT"),
-    Option("max_upstream_connections", "upstream.max_connections", "XUN_MAX_UPSTREAM_CONNECTIONS"),
-    Option("host", "server.host", "XUN_HOST", "--host"),
-    Option("port", "server.port", "XUN_PORT", "--port"),
-    Option("drain_timeout", "server.drain_timeout", "XUN_DRAIN_TIMEOUT", "--drain-timeout"),
-    Option("max_body_bytes", "server.max_body_bytes", "XUN_MAX_BODY_BYTES", "--max-body-bytes"),
-    Option("body_timeout", "server.body_timeout", "XUN_BODY_TIMEOUT"),
-    Option("send_timeout", "server.send_timeout", "XUN_SEND_TIMEOUT"),
-    Option("allowed_hosts", "server.allowed_hosts", "XUN_ALLOWED_HOSTS", "--allowed-host"),
-    Option("workers", "server.workers", "XUN_WORKERS", "--workers"),
-    Option("store_url", "store.url", "XUN_STORE", "--store"),
-    Option("session_ttl_seconds", "store.ttl_seconds", "XUN_SESSION_TTL_SECONDS"),
-    Option("session_max_bytes", "store.max_session_bytes", "XUN_SESSION_MAX_BYTES"),
-    Option("store_cache_entries", "store.cache_entries", "XUN_STORE_CACHE_ENTRIES"),
-    Option("store_cache_bytes", "store.cache_bytes", "XUN_STORE_CACHE_BYTES"),
-    Option(
-        "token_threshold",
-        "auto_compact.token_threshold",
-        "XUN_TOKEN_THRESHOLD",
-        "--token-threshold",
-    ),
-    Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
-    Option("mode", "auto_compact.mode", "XUN_MODE", "--mode"),
-    Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
-    Option("summary_ahead", "auto_compact.summary_ahead", "XUN_SUMMARY_AHEAD", "--summary-ahead"),
-    Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
-    Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
-    Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),
-    Option("escalation_rounds", "auto_compact.escalation_rounds", "XUN_ESCALATION_ROUNDS"),
-    Option("max_retries", "auto_compact.max_retries", "XUN_MAX_RETRIES"),
-    Option("compactor", "auto_compact.compactor", "XUN_COMPACTOR"),
-    Option("max_extract_rounds", "auto_compact.max_extract_rounds", "XUN_MAX_EXTRACT_ROUNDS"),
-    Option("extract_tool", "auto_compact.extract_tool", "XUN_EXTRACT_TOOL"),
-    Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
-    Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
-    Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),
-    Option("admin_key", "admin.key", "XUN_ADMIN_KEY", "--admin-key"),
-    Option("prices", "savings.prices", "XUN_PRICES", "--prices"),
-    Option("session_headers", "session.header", "XUN_SESSION_HEADER", "--session-header"),
-    Option("tenant_header", "session.tenant_header", "XUN_TENANT_HEADER", "--tenant-header"),
-    Option("log_level", "log.level", "XUN_LOG_LEVEL", "--log-level"),
-    Option("log_content", "log.content", "XUN_LOG_CONTENT", "--log-content"),
-    Option("log_format", "log.format", "XUN_LOG_FORMAT", "--log-format"),
-)
-OPTIONS_BY_FIELD: Mapping[str, Option] = {option.field: option for option in OPTIONS}
-OPTIONS_BY_KEY: Mapping[str, Option] = {option.key: option for option in OPTIONS}
 CONFIG_ENV = "XUN_CONFIG"
 
 
@@ -193,6 +122,9 @@ class Settings(BaseSettings):
     # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
     mode: Literal["compact", "shadow"] = "compact"
     summary_model: str | None = None
+    # An OpenAI-compatible server of their own for summaries (Chat Completions), and its key.
+    summary_upstream: str | None = None
+    summary_upstream_api_key: SecretStr | None = None
     # Write a session's next summary in the background before the turn that needs it
     # (proxy.turn.ahead); off: the crossing turn waits for its summary.
     summary_ahead: bool = True
@@ -218,6 +150,9 @@ class Settings(BaseSettings):
     cache_write_factors: dict[str, _WriteFactor | dict[Literal["5m", "1h"], _WriteFactor]] = Field(
         default_factory=dict
     )
+    # Seconds a provider keeps an unused prompt cache, by model-name prefix, when the request
+    # asks for no lifetime of its own; proxy.compaction.cache_life has the defaults.
+    cache_lifetimes: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
 
     admin_key: SecretStr | None = None
     # Model prices for the savings reports, by model-name prefix, in money per million tokens
@@ -254,9 +189,11 @@ class Settings(BaseSettings):
         # load_settings merges env and file itself; constructing Settings never reads os.environ.
         return (init_settings,)
 
-    @field_validator("upstream_base_url", "anthropic_base_url")
+    @field_validator("upstream_base_url", "anthropic_base_url", "summary_upstream")
     @classmethod
-    def _check_upstream(cls, value: str) -> str:
+    def _check_upstream(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip()
         if not re.match(r"^https?://[^/?#\s]+", value):
             raise ValueError("must be an absolute http:// or https:// URL")
@@ -346,7 +283,9 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("upstream_api_key", "anthropic_api_key", "admin_key")
+    @field_validator(
+        "upstream_api_key", "anthropic_api_key", "summary_upstream_api_key", "admin_key"
+    )
     @classmethod
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
         # Stripped: a key file or a Kubernetes secret ends in a newline the key never has.
@@ -396,6 +335,11 @@ def colour_allowed(env: Mapping[str, str] | None = None) -> bool:
     return not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
 
 
+_JSON_FIELDS = frozenset(
+    {"context_windows", "cache_read_factors", "cache_write_factors", "cache_lifetimes"}
+)
+
+
 def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     values: dict[str, tuple[Any, str]] = {}
     errors: list[str] = []
@@ -403,7 +347,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if option.env is None or option.env not in env:
             continue
         raw: Any = env[option.env]
-        if option.field in ("context_windows", "cache_read_factors", "cache_write_factors"):
+        if option.field in _JSON_FIELDS:
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:

@@ -4,7 +4,10 @@ A summary paraphrases; paths, commands, exit statuses, error lines and the user'
 what it loses. The trail keeps them (read by `proxy.artifacts` from the messages a summary
 drops), merges them at each compaction instead of summarising them again, and renders them
 with the summary as a `## artifact_trail` section within a token budget (default: the smaller
-of 1,500 tokens and 5% of the threshold; chars/4), least recent entries left out first.
+of 2,000 tokens and 1/16 of the threshold; chars/4), least recent entries left out first. A
+file the agent only read is one path on its line, and a file the summary already names
+verbatim is not listed again, so long sessions over many files (OpenHands' hundreds of
+`view`s) keep most of their paths in that room.
 
 Stored form (JSON, in the session state): `{"version": 1, "budget": tokens, "entries": [...]}`,
 entries oldest first, one per file path / command / error line / rule. Merging a span moves
@@ -20,6 +23,7 @@ the trail object itself, held while remembered: a request whose state holds the 
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -39,16 +43,18 @@ __all__ = [
 
 TRAIL_HEADING = "## artifact_trail"
 TRAIL_VERSION = 1
-DEFAULT_BUDGET_TOKENS = 1500
-BUDGET_SHARE = 0.05  # of the compaction threshold
+# 2,000 and 1/16 (1,500 and 5% before): at a 32k threshold a trail of 130 files showed 69 of
+# them, now 101 (BENCHMARKS.md section 6, the worst case); only a trail that fills it pays.
+DEFAULT_BUDGET_TOKENS = 2000
+BUDGET_SHARE = 0.0625  # of the compaction threshold
 MAX_ENTRIES = 1000  # kept in the state; the rendering shows what fits the budget
-FIRST_SHARE = 0.7  # of the trail's room, for files and user rules when commands compete
+FIRST_SHARE = 0.8  # of the trail's room, for files and user rules when commands compete
 KINDS = ("file", "command", "error", "constraint")
 OPS = ("read", "write", "edit", "delete", "unknown")
 
 
 def default_budget(threshold: int | None) -> int:
-    """The trail's token budget: min(1,500, 5% of the compaction threshold)."""
+    """The trail's token budget: min(2,000, 1/16 of the compaction threshold)."""
     if threshold is None or threshold <= 0:
         return DEFAULT_BUDGET_TOKENS
     return max(0, min(DEFAULT_BUDGET_TOKENS, int(threshold * BUDGET_SHARE)))
@@ -111,7 +117,7 @@ def update(
 # -- rendering ------------------------------------------------------------------------------
 
 _SECTIONS = (
-    ("file", "### files (path: operations)"),
+    ("file", "### files (read, or named, unless operations follow)"),
     ("command", "### commands (exit status when shown)"),
     ("error", "### errors (first line)"),
     ("constraint", "### user constraints (verbatim)"),
@@ -125,13 +131,36 @@ _INTRO = (
 def _line(entry: Mapping[str, Any]) -> str:
     kind = entry.get("kind")
     if kind == "file":
-        return f"- {entry.get('path')}: {', '.join(entry.get('ops') or ['unknown'])}"
+        # Most files were only read: their line is the path alone, so more of them fit.
+        ops = entry.get("ops") or []
+        changed = any(op not in _PLAIN_OPS for op in ops)
+        return f"- {entry.get('path')}" + (f": {', '.join(ops)}" if changed else "")
     if kind == "command":
         status = entry.get("exit")
         return f"- `{entry.get('text')}`" + ("" if status is None else f" -> exit {status}")
     if kind == "constraint":
         return f'- "{entry.get("text")}"'
     return f"- {entry.get('text')}"
+
+
+_PLAIN_OPS = frozenset({"read", "unknown"})
+_PATH_CHAR = re.compile(r"[\w./~+@-]")
+
+
+def _named_in(path: str, text: str) -> bool:
+    """Whether `text` names `path` verbatim as a whole path, not inside a longer one (a full
+    stop after it ends a sentence, not the path)."""
+    start = text.find(path)
+    while start >= 0:
+        end = start + len(path)
+        before = text[start - 1] if start else " "
+        after = text[end : end + 1]
+        if after == ".":  # a full stop, unless a path goes on after it
+            after = text[end + 1 : end + 2]
+        if not _PATH_CHAR.match(before) and not (after and _PATH_CHAR.match(after)):
+            return True
+        start = text.find(path, start + 1)
+    return False
 
 
 def estimate_tokens(text: str) -> int:
@@ -181,32 +210,37 @@ def _select(newest: list[Entry], limit: int) -> set[int]:
     return chosen
 
 
-_RENDERED: OrderedDict[int, tuple[Mapping[str, Any], int | None, str]] = OrderedDict()
+_RENDERED: OrderedDict[int, tuple[Mapping[str, Any], int | None, str, str]] = OrderedDict()
 _RENDERED_MAX = 32
 
 
-def render(trail: Mapping[str, Any] | None, budget: int | None = None) -> str:
+def render(trail: Mapping[str, Any] | None, budget: int | None = None, shown: str = "") -> str:
     """The section the model reads with the summary; "" for an empty trail.
 
     Newest first within each kind; past the budget (tokens, chars/4) the least recent
-    entries are left out (commands and errors before files and rules) and counted.
+    entries are left out (commands and errors before files and rules) and counted. A file
+    that was only read and that `shown` (the summary the trail goes with) already names
+    verbatim is not listed again: its room goes to files the summary does not name.
     """
     if not trail:
         return ""
     key = id(trail)
     seen = _RENDERED.get(key)
-    if seen is not None and seen[0] is trail and seen[1] == budget:
+    if seen is not None and seen[0] is trail and seen[1] == budget and seen[3] == shown:
         _RENDERED.move_to_end(key)
         return seen[2]
-    text = _render(trail, budget)
-    _RENDERED[key] = (trail, budget, text)  # the object held: its id is not reused meanwhile
+    text = _render(trail, budget, shown)
+    # The object held: its id is not reused meanwhile.
+    _RENDERED[key] = (trail, budget, text, shown)
     while len(_RENDERED) > _RENDERED_MAX:
         _RENDERED.popitem(last=False)
     return text
 
 
-def _render(trail: Mapping[str, Any], budget: int | None) -> str:
+def _render(trail: Mapping[str, Any], budget: int | None, shown: str = "") -> str:
     entries = _stored(trail)
+    if shown:
+        entries = [e for e in entries if not _in_summary(e, shown)]
     if not entries:
         return ""
     if budget is None:
@@ -218,9 +252,17 @@ def _render(trail: Mapping[str, Any], budget: int | None) -> str:
     chosen = _select(newest, budget * 4 - fixed)
     if not chosen:
         return ""
-    shown = [e for i, e in enumerate(newest) if i in chosen]
-    text = _compose(shown, len(entries) - len(shown))
+    listed = [e for i, e in enumerate(newest) if i in chosen]
+    text = _compose(listed, len(entries) - len(listed))
     return text if estimate_tokens(text) <= budget else ""
+
+
+def _in_summary(entry: Mapping[str, Any], shown: str) -> bool:
+    """A file only read (or named) whose path the summary already gives verbatim."""
+    if entry.get("kind") != "file" or any(op not in _PLAIN_OPS for op in entry.get("ops") or []):
+        return False
+    path = entry.get("path")
+    return isinstance(path, str) and bool(path) and _named_in(path, shown)
 
 
 def counts(trail: Mapping[str, Any] | None) -> dict[str, int]:

@@ -13,7 +13,8 @@ import pytest
 
 from proxy import cli
 from proxy.compaction.windows import CAP_WINDOW_SHARE, DEFAULT_WINDOW_SHARE
-from proxy.settings import OPTIONS, Settings, default_store_url
+from proxy.setting_values import OPTIONS
+from proxy.settings import Settings, default_store_url
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 

@@ -19,7 +19,8 @@ from proxy.compact import (
     placeholder_for,
 )
 from proxy.server.app import load_compactor
-from proxy.settings import OPTIONS, ConfigError, load_settings
+from proxy.setting_values import OPTIONS
+from proxy.settings import ConfigError, load_settings
 from proxy.turn.pipeline import MIN_HEADER_THRESHOLD
 from tests.support.agent import Agent, ModelScript, model_requests
 from tests.support.fake_upstream import FakeUpstream
@@ -65,6 +66,10 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "auto_compact_enabled": (False, "true", False, False, True, False),
     "mode": ("shadow", "compact", "shadow", "shadow", "compact", "shadow"),
     "summary_model": ("m-f", "m-e", "m-g", "m-f", "m-e", "m-g"),
+    "summary_upstream": (
+        "http://f/v1", "http://e/v1 ", "http://g/v1/", "http://f/v1", "http://e/v1", "http://g/v1",
+    ),
+    "summary_upstream_api_key": ("sk-s-f", "sk-s-e", "sk-s-g", "sk-s-f", "sk-s-e", "sk-s-g"),
     "summary_ahead": (False, "on", "off", False, True, False),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
@@ -99,6 +104,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
         {"m": {"input": 2.0, "output": 8.0}},
         {"m": {"input": 3.0}},
     ),
+    "cache_lifetimes": ({"m": 60}, '{"m": 120}', {"m": 30}, {"m": 60.0}, {"m": 120.0}, {"m": 30.0}),
     "admin_key": ("adm-f", "adm-e", "adm-g", "adm-f", "adm-e", "adm-g"),
     "session_headers": ("X-F", "X-E,X-E2", ["X-G"], ["X-F"], ["X-E", "X-E2"], ["X-G"]),
     "tenant_header": ("X-T-F", "X-T-E", "X-T-G", "X-T-F", "X-T-E", "X-T-G"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.settings import BUILTIN_COMPACTORS, OPTIONS
+from proxy.setting_values import BUILTIN_COMPACTORS, OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

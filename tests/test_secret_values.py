@@ -25,6 +25,11 @@ SECRETS = (
     ("XUN_ADMIN_KEY", "admin_key", "admin.key"),
     ("XUN_UPSTREAM_API_KEY", "upstream_api_key", "upstream.api_key"),
     ("XUN_ANTHROPIC_API_KEY", "anthropic_api_key", "upstream.anthropic_api_key"),
+    (
+        "XUN_SUMMARY_UPSTREAM_API_KEY",
+        "summary_upstream_api_key",
+        "auto_compact.summary_upstream_api_key",
+    ),
 )
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 

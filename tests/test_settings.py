@@ -425,10 +425,15 @@ def test_settings_are_frozen_and_strict() -> None:
 
 def test_secrets_stay_out_of_repr() -> None:
     settings = Settings.model_validate(
-        {"upstream_api_key": "sk-upstream-secret", "admin_key": "admin-secret"}
+        {
+            "upstream_api_key": "sk-upstream-secret",
+            "admin_key": "admin-secret",
+            "summary_upstream_api_key": "sk-summary-secret",
+        }
     )
     for text in (repr(settings), str(settings), settings.model_dump_json()):
         assert "sk-upstream-secret" not in text and "admin-secret" not in text
+        assert "sk-summary-secret" not in text
     assert settings.upstream_api_key_value == "sk-upstream-secret"
 
 

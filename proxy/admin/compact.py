@@ -27,8 +27,8 @@ from proxy.admin.base import (
     wire_of,
 )
 from proxy.compact import CompactionContext, compact_conversation
-from proxy.compaction.summarizer import ContextLengthExceeded, Summarizer, is_context_length_error
-from proxy.errors import InvalidRequest, UpstreamError
+from proxy.compaction.summarizer import Summarizer
+from proxy.errors import InvalidRequest
 from proxy.session.rebuild import Rebuild, apply_compaction
 from proxy.session.state import SessionState
 from proxy.settings import Settings
@@ -36,6 +36,7 @@ from proxy.store import StoredSession, StoreError, VersionConflict
 from proxy.trail import counts as trail_counts
 from proxy.upstream.client import Upstream
 from proxy.wire.base import Wire
+from proxy.wire.summary import post_summary
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -82,15 +83,7 @@ def _summary_post(
 
     async def post(body: dict[str, Any]) -> dict[str, Any]:
         sent = wire.summary_body({}, body)  # no client body: no thinking, no reasoning
-        status, data, _ = await upstream.post_json(wire.path, sent, headers)
-        if status == 200 and isinstance(data, dict):
-            return wire.summary_reply(data)
-        if is_context_length_error(status, data):
-            raise ContextLengthExceeded(str(status))
-        error = data.get("error") if isinstance(data, dict) else None
-        message = error.get("message") if isinstance(error, dict) else None
-        failures.append(f"upstream answered {status}: {message or 'no message'}")
-        raise UpstreamError(f"summary request failed with status {status}")
+        return await post_summary(wire, upstream.post_json, sent, headers, failures)
 
     return post
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from proxy.artifacts import TextForm, text_of
 from proxy.conversation_message import TRUNCATE_AT
 
 X_ITEMS = "x_items"
@@ -51,41 +52,41 @@ def _json(value: Any) -> str:
     return json.dumps(without_blobs(value), ensure_ascii=False, default=str)
 
 
-def part_text(part: Any) -> str:
-    """One content part or block as display text: its text, or a label for binary parts."""
+def _viewer_part(part: Any) -> str:
+    """A part with no text: its refusal, a label for a binary part, a tool result's text, else
+    its JSON."""
     if isinstance(part, str):
         return part
-    if not isinstance(part, dict):
-        return _json(part)
-    for key in ("text", "refusal"):
-        if isinstance(part.get(key), str):
-            return str(part[key])
-    kind = part.get("type")
-    if kind in _PART_LABELS:
+    if isinstance(part, dict) and isinstance(part.get("refusal"), str):
+        return str(part["refusal"])
+    kind = part.get("type") if isinstance(part, dict) else None
+    if isinstance(part, dict) and kind in _PART_LABELS:
         name = part.get("filename") or part.get("title")
         label = _PART_LABELS[str(kind)]
         return f"{label[:-1]}: {name}]" if isinstance(name, str) else label
-    if kind == "tool_result":
+    if isinstance(part, dict) and kind == "tool_result":
         return content_text(part.get("content"))
     return _json(part)
 
 
+# Text and refusal parts, string parts as they are, binary parts as labels (`[image]`,
+# `[file: a.pdf]`), a tool result's content as its text, anything else as JSON without blobs.
+VIEWER = TextForm(part=_viewer_part, whole=_json)
+
+
+def part_text(part: Any) -> str:
+    """One content part or block as display text: its text, or a label for binary parts."""
+    return text_of([part], VIEWER)
+
+
 def content_text(content: Any, truncate: bool = False) -> str:
-    """A message's content as display text (`content_to_text`, binary parts as labels)."""
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        text = "\n".join(part_text(p) for p in content)
-    else:
-        text = _json(content)
-    return cut(text, truncate)
+    """A message's content as display text (`VIEWER`)."""
+    return cut(text_of(content, VIEWER), truncate)
 
 
 def _summary_text(item: dict[str, Any]) -> str:
     parts = item.get("summary")
-    return "\n".join(part_text(p) for p in parts) if isinstance(parts, list) else ""
+    return text_of(parts, VIEWER) if isinstance(parts, list) else ""
 
 
 def _arguments(item: dict[str, Any]) -> str:

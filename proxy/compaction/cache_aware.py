@@ -13,7 +13,10 @@ summary in the system message) and changes the decisions:
   over the expected remaining turns, outweigh re-sending the rewritten part uncached (written
   into the cache again at the model's cache-write price) plus the summary call; otherwise it
   waits, but never past the model's window (the hard ceiling);
-- no loops: no new summary until the session grew by more than the last one removed.
+- no loops: no new summary until the session grew by more than the last one removed;
+- cold cache: after a pause longer than the provider keeps its prompt cache
+  (`proxy.compaction.cache_life`), the request pays its whole prompt uncached anyway, so the
+  rewrite is free (`Economics.cache_cold`) and a session waiting for break-even compacts then.
 
 Pure: the summariser is injected, prices and history come in an `Economics`.
 """
@@ -244,7 +247,7 @@ class CacheAwareCompactor(CompactorAbstract):
         # The summary request repeats the cached conversation (or sends the summarised part
         # uncached); what it sends uncached is written into the cache at the write price.
         if shares:
-            summary_prompt = sizes.total * econ.effective_price
+            summary_prompt = sizes.total * econ.price_now
         else:
             summary_prompt = sum(tokens[i] for i in cut.summarized_indices()) * econ.write_price
         instruction = SUMMARY_INSTRUCTION_TOKENS * econ.write_price

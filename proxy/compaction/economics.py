@@ -243,6 +243,11 @@ class Economics:
     # Share of an uncached prompt the upstream writes into its cache (observed from the
     # usage's cache writes; 1.0 when unreported: every uncached token written).
     write_share: float = 1.0
+    # The session's prompt cache has expired since its last request
+    # (`proxy.compaction.cache_life`): this request pays its whole prompt uncached whatever
+    # happens, so a compaction now rewrites nothing still cached, and a summary request that
+    # repeats the conversation reads none of it from the cache either.
+    cache_cold: bool = False
 
     @property
     def write_price(self) -> float:
@@ -260,10 +265,17 @@ class Economics:
         window = self.context_window or DEFAULT_CONTEXT_WINDOW
         return max(1, window - self.reply_reserve)
 
+    @property
+    def price_now(self) -> float:
+        """Price of a prompt token sent at this request: cached as usual, or not at all once
+        the cache has gone cold."""
+        return self.write_price if self.cache_cold else self.effective_price
+
     def rewrite_cost(self, tokens: float) -> float:
         """Extra cost of sending `tokens` uncached once (written into the cache again)
-        instead of at the price an append-only turn pays for them."""
-        return tokens * (self.write_price - self.effective_price)
+        instead of at the price an append-only turn pays for them: none when the cache is
+        cold, since the append-only turn would send them uncached too."""
+        return tokens * (self.write_price - self.price_now)
 
     def saving_per_turn(self, removed: float) -> float:
         return removed * self.effective_price

@@ -12,35 +12,10 @@ the ratio of what its upstream billed for a prompt to the proxy's estimate of it
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
 
 from proxy.compact import CompactionAgent, CompactionReport, CompactorAbstract
 from proxy.session.state import SessionState
-
-# "... maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens"
-_OPENAI = re.compile(r"maximum context length is (\d+).*?resulted in (\d+)", re.S)
-# "prompt is too long: 210000 tokens > 200000 maximum"
-_ANTHROPIC = re.compile(r"(\d+) tokens? > (\d+)")
-# llama.cpp: "the request exceeds the available context size (1024 tokens)" has no count.
-
-
-def _message(error_body: Any) -> str:
-    err = error_body.get("error") if isinstance(error_body, dict) else None
-    return str(err.get("message") if isinstance(err, dict) else error_body or "")
-
-
-def missing_tokens(error_body: Any) -> int | None:
-    """How many tokens too many the refused request had, when the refusal says."""
-    text = _message(error_body)
-    found = _OPENAI.search(text)
-    if found:
-        return max(0, int(found.group(2)) - int(found.group(1)))
-    found = _ANTHROPIC.search(text)
-    if found:
-        return max(0, int(found.group(1)) - int(found.group(2)))
-    return None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, SUMMARY_PROMPT
-from proxy.errors import DegradeError
+from proxy.errors import ContextLengthExceeded
 from proxy.session.extract_tool import content_text
 
 SHARED_NOTE = (
@@ -45,36 +45,7 @@ def holds_summary(message: dict[str, Any]) -> bool:
     return text.startswith((_SUMMARY_HEAD, _CARRIED_HEAD))
 
 
-class ContextLengthExceeded(DegradeError):
-    """Upstream refused a request because the prompt does not fit the model's window."""
-
-
 PostFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-_LENGTH_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context length",
-    "context window",
-    "too many tokens",
-    "prompt is too long",
-    "input is too long",
-    "reduce the length",
-)
-
-
-def is_context_length_error(status: int, body: Any) -> bool:
-    """Whether an upstream error answer means 'the prompt is too long'."""
-    if status not in (400, 413, 422):
-        return False
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        if err.get("code") == "context_length_exceeded":
-            return True
-        text = str(err.get("message") or "").lower()
-    else:
-        text = str(body).lower()
-    return any(marker in text for marker in _LENGTH_MARKERS)
 
 
 def _split_point(span: list[dict[str, Any]]) -> int | None:
@@ -109,8 +80,6 @@ class Summarizer:
     # the instruction at the end, so the provider serves it from its prompt cache.
     prefix: list[dict[str, Any]] | None = None
     calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
     @property
     def shares_prefix(self) -> bool:
@@ -188,9 +157,6 @@ class Summarizer:
     async def _send(self, body: dict[str, Any]) -> str | None:
         self.calls += 1
         reply = await self.post(body)
-        usage = reply.get("usage") or {}
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
         choices = reply.get("choices") or []
         message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
         text = content_text(message.get("content")) if isinstance(message, dict) else ""

@@ -37,12 +37,14 @@ from proxy.server.logging import RequestLogMiddleware
 from proxy.server.metrics import Metrics, MetricsMiddleware, metrics_endpoint
 from proxy.server.model_routes import chat_completions, messages, responses
 from proxy.server.origin import OriginGuardMiddleware
-from proxy.settings import BUILTIN_COMPACTORS, ConfigError, Settings
+from proxy.setting_values import BUILTIN_COMPACTORS
+from proxy.settings import ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
 from proxy.turn.ahead import AheadTasks
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.saving import SessionWriter
+from proxy.turn.summary_upstream import open_summary_upstream
 from proxy.upstream.client import Pool, Upstream
 from proxy.wire.neutral_reuse import NeutralReuse
 
@@ -176,12 +178,14 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, pool=pool)
         anthropic = Upstream(settings, base_url=settings.anthropic_base_url + "/v1")
+        summaries = open_summary_upstream(settings)  # None: summaries go where the turns go
         owned = store is None
         active = store
         if active is None:
             active = _open_store(settings)
         app.state.upstream = upstream
         app.state.anthropic_upstream = anthropic
+        app.state.summary_upstream = summaries
         app.state.store = active
         app.state.writer = writer = SessionWriter(on_store_error=metrics.store_errors.inc)
         app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead)
@@ -192,6 +196,8 @@ def create_app(
             await writer.idle()  # the last turns' saves land before the store closes
             await upstream.aclose()
             await anthropic.aclose()
+            if summaries is not None:
+                await summaries.aclose()
             if owned:
                 await active.close()
 

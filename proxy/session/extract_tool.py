@@ -13,27 +13,24 @@ from typing import Any
 
 import orjson
 
+from proxy.artifacts import TextForm, text_of
 from proxy.session.tool_output import EMPTY_OUTPUT, as_text, is_empty
 
 EXTRACT_TOOL_NAME = "extract_compacted_tool_result"
 MAX_ID_LENGTH = 512
 
-# Kept short: it is sent with every request of a session that has tools.
+# Sent with every request that carries it, so it is as short as a clear definition allows: at
+# most 40 tokens (o200k_base) over the JSON of each wire's shape, measured by
+# tests/session/test_extract_tool_size.py. The placeholder itself tells the model when to call
+# it and with which ID ("[Compacted, ID: <id>. If this content is still needed, call
+# extract_compacted_tool_result with this ID ..."), so the description only says what comes
+# back. `required` is left out (7 tokens): the one parameter is what the placeholder names, and
+# a call without it gets a clear error text naming it.
+DESCRIPTION = "The original tool output."
+PARAMETERS: dict[str, Any] = {"type": "object", "properties": {"toolcall_id": {"type": "string"}}}
 TOOL_DEFINITION: dict[str, Any] = {
     "type": "function",
-    "function": {
-        "name": EXTRACT_TOOL_NAME,
-        "description": (
-            "Return the full output of an earlier tool call shown as '[Compacted, ID: ...]'."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "toolcall_id": {"type": "string", "description": "The ID in the placeholder."}
-            },
-            "required": ["toolcall_id"],
-        },
-    },
+    "function": {"name": EXTRACT_TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS},
 }
 
 
@@ -68,21 +65,22 @@ def split_calls(calls: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return own, extract
 
 
-def content_text(content: Any) -> str:
-    """A tool result's content as text (list content joins its text parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                parts.append(str(part.get("text") or ""))
-            else:
-                parts.append(str(part))
-        return "".join(parts)
-    if content is None:
-        return ""
+def _plain_part(part: Any) -> str:
+    return str(part.get("text") or "") if isinstance(part, dict) else str(part)
+
+
+def _plain_whole(content: Any) -> str:
     return orjson.dumps(content).decode()
+
+
+# Text parts run together with no separator; a dict part without text is "", any other
+# part `str()`; a content that is not a list its JSON.
+PLAIN = TextForm(part=_plain_part, whole=_plain_whole, sep="")
+
+
+def content_text(content: Any) -> str:
+    """A tool result's content as text (`PLAIN`: list content joins its text parts)."""
+    return text_of(content, PLAIN)
 
 
 def _requested_id(arguments: Any) -> str | None:

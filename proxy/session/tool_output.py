@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from proxy.artifacts import TextForm, text_of
+
 EMPTY_OUTPUT = "[The tool returned no output.]"
 
 # Parts whose payload is binary: named by a marker, never pasted as text.
@@ -78,27 +80,32 @@ def marker(part: Any) -> str | None:
     return None
 
 
-def part_text(part: Any) -> str:
-    """One part as text: its text, a marker, or (an entry of another kind) its JSON."""
+def _dumped(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _tool_part(part: Any) -> str:
     if isinstance(part, str):
         return part
-    if isinstance(part, dict) and isinstance(part.get("text"), str):
-        return str(part["text"])
     shown = marker(part)
-    if shown is not None:
-        return shown
-    return orjson.dumps(part, option=orjson.OPT_NON_STR_KEYS).decode()
+    return _dumped(part) if shown is None else shown
+
+
+# Text parts and string parts as they are, a marker for a part text cannot carry, any other
+# entry (and a content that is not a list) as its JSON.
+TOOL_OUTPUT = TextForm(part=_tool_part, whole=_dumped)
+
+
+def part_text(part: Any) -> str:
+    """One part as text: its text, a marker, or (an entry of another kind) its JSON."""
+    return text_of([part], TOOL_OUTPUT)
 
 
 def as_text(content: Any) -> str:
     """The output as one string: parts in order, each on its own line; never empty."""
     if is_empty(content):
         return EMPTY_OUTPUT
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(part_text(p) for p in content) or EMPTY_OUTPUT
-    return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS).decode()
+    return text_of(content, TOOL_OUTPUT) or EMPTY_OUTPUT
 
 
 def chat_content(content: Any) -> str | list[dict[str, Any]]:

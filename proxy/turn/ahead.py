@@ -109,6 +109,7 @@ class Pipeline(Protocol):
 
     turn: Any
     compactor: CompactorAbstract
+    log_fields: dict[str, Any]
     settings: Any
     client_body: dict[str, Any]
 
@@ -157,6 +158,14 @@ class TurnAhead:
         self.events: list[str] = []
         self.summarizer: AheadSummarizer | None = None
         self.length_before = 0
+
+    @classmethod
+    def of(cls, app_state: Any) -> TurnAhead | None:
+        """A request's part, when the app writes summaries ahead (`summary_ahead`)."""
+        tasks = getattr(app_state, "ahead", None)
+        if not isinstance(tasks, AheadTasks) or not app_state.settings.summary_ahead:
+            return None
+        return cls(tasks)
 
     @property
     def record(self) -> str | None:
@@ -295,10 +304,26 @@ class TurnAhead:
         return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks)
 
 
-def ahead_record(ahead: TurnAhead | None) -> dict[str, str]:
-    """What a turn did with a summary prepared ahead, for its turn record (nothing: none)."""
+def fields(ahead: TurnAhead | None, cache_cold: bool) -> dict[str, Any]:
+    """The turn record's fields besides its savings: `cache_cold` when the prompt cache had
+    gone cold, and what the turn did with a summary prepared ahead (`summary_ahead`)."""
     record = ahead.record if ahead is not None else None
-    return {} if record is None else {"summary_ahead": record}
+    return {
+        **({"cache_cold": True} if cache_cold else {}),
+        **({} if record is None else {"summary_ahead": record}),
+    }
+
+
+def after_turn(p: Pipeline) -> None:
+    """Once a turn's answer is out (`TurnAhead.after_turn`); never the client's problem."""
+    ahead = p.turn.ahead
+    if ahead is None:
+        return
+    try:
+        ahead.after_turn(p)
+    except Exception:
+        log.exception("starting a summary ahead failed")
+    p.log_fields["summary_ahead"] = ahead.record
 
 
 async def near(probe: Probe) -> bool:

@@ -48,8 +48,11 @@ JSON = dict[str, Any]
 log = logging.getLogger("proxy.body_reuse")
 
 MAX_SESSIONS = 64
-MAX_BYTES = 16 * 2**20  # raw bytes kept, all sessions together
-MAX_SESSION_BYTES = 4 * 2**20  # a history larger is not kept
+# Raw bytes kept, all sessions together. A long agent session reaches a million tokens, a
+# 4-5 MB body: kept, such a request parses the few hundred bytes it added (a whole parse and
+# check of 4 MB is 25-30 ms a request).
+MAX_BYTES = 48 * 2**20
+MAX_SESSION_BYTES = 16 * 2**20  # a history larger is not kept
 LANES = 4  # histories kept per session
 
 _COMMA, _CLOSE = ord(","), ord("]")

@@ -22,11 +22,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.compact import CompactorAbstract
+from proxy.compaction.cache_life import cache_cold
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
-from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder, missing_tokens
-from proxy.compaction.summarizer import ContextLengthExceeded, is_context_length_error
+from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder
 from proxy.compaction.windows import known_window, threshold_for
-from proxy.errors import ProxyError, UpstreamError, UpstreamInvalidResponse
+from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
 from proxy.session.hidden_rounds import answer_messages, round_entry
 from proxy.session.identity import session_key, tenant_of
@@ -35,13 +35,16 @@ from proxy.session.rebuild import record_turn
 from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
-from proxy.turn import savings
-from proxy.turn.ahead import TurnAhead, ahead_record
+from proxy.turn import ahead, savings
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
+from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire
+from proxy.wire.chat.adapter import ChatWire
+from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
+from proxy.wire.summary import post_summary
 
 log = logging.getLogger("proxy.pipeline")
 
@@ -67,6 +70,9 @@ class Pipeline:
         self.request = request
         self.wire = wire
         self.settings = app_state.settings
+        # The clock of the turn records and of the cache's age (tests set `app.state.clock`).
+        self.clock = getattr(app_state, "clock", time.time)
+        self._cache_cold: bool | None = None
         self.upstream: Upstream = upstream or app_state.upstream
         self.compactor: CompactorAbstract = app_state.compactor
         self.client_body = body
@@ -80,9 +86,7 @@ class Pipeline:
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
-        ahead = getattr(app_state, "ahead", None)
-        if ahead is not None and self.settings.summary_ahead:
-            self.turn.ahead = TurnAhead(ahead)  # summaries written before the crossing
+        self.turn.ahead = ahead.TurnAhead.of(app_state)  # summaries written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
@@ -125,23 +129,35 @@ class Pipeline:
         return bool(self.settings.auto_compact_enabled)
 
     async def post_summary(self, chat_body: JSON) -> JSON:
-        """A summary request, made in the session's own API."""
+        """A summary request, made in the session's own API (or in Chat Completions to the
+        summary upstream, when one is set)."""
         started = time.perf_counter()
+        elsewhere = getattr(self.request.app.state, "summary_upstream", None)
+        if elsewhere is not None:
+            try:
+                return await post_summary_elsewhere(
+                    elsewhere, self.settings, chat_body, on_reply=self.billed_in_chat
+                )
+            finally:
+                self.upstream_ms += (time.perf_counter() - started) * 1000
         summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
-            status, data, _ = await self.upstream.post_json(self.wire.path, summary, self.headers)
+            return await post_summary(
+                self.wire, self.upstream.post_json, summary, self.headers, on_reply=self.billed
+            )
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
-        if status == 200 and isinstance(data, dict):
-            reply = self.wire.summary_reply(data)
-            try:
-                self.measure.summary(self.wire.reply_round(data).usage)
-            except ProxyError:  # a reply the summary read but no round: billed unknown
-                self.measure.summary(None)
-            return reply
-        if is_context_length_error(status, data):
-            raise ContextLengthExceeded(str(status))
-        raise UpstreamError(f"summary request failed with status {status}")
+
+    def billed(self, reply: JSON, wire: Wire | None = None) -> None:
+        """Note what a summary request was billed (its reply, read as the summary)."""
+        try:
+            self.measure.summary((wire or self.wire).reply_round(reply).usage)
+        except ProxyError:  # a reply the summary read but no round: billed unknown
+            self.measure.summary(None)
+
+    def billed_in_chat(self, reply: JSON) -> None:
+        """`billed` for a summary upstream's reply, which is always Chat Completions'."""
+        self.billed(reply, ChatWire())
 
     async def prepare(
         self,
@@ -155,8 +171,6 @@ class Pipeline:
         if force_tokens is None:
             await self.turn.load()
             rb = self.turn.rb
-            if self.turn.ahead is not None:
-                self.turn.ahead.check(rb)  # a summary prepared ahead that is stale goes
             keep = rb.state.pending_summary if rb is not None else None
             if keep is not None and rb is not None and self.compaction_enabled():
                 # An operator's summary, asked for without a key of the proxy's own: made
@@ -165,17 +179,42 @@ class Pipeline:
                 threshold = threshold or self.threshold()
                 step = ForcedSummary(self.settings.toolcall_keep_max, keep)
                 force_tokens = max(threshold * 2, 1)
+        self.cache_cold()  # judged on the turns before this one, at the request's arrival
         if self.compaction_enabled():
             await self.turn.compact(
                 step or self.compactor,
                 threshold=threshold or self.threshold(),
                 post=self.post_summary,
-                summary_model=self.settings.summary_model,
+                summary_model=self.summary_model(),
                 force_tokens=force_tokens,
                 economics=functools.partial(self.economics, force=force_tokens is not None),
             )
             if self.turn.compaction in ("toolcall", "summary"):
                 await self.turn.save()  # a compaction paid for is kept even if the turn fails
+
+    def summary_model(self) -> str | None:
+        """The summary model when it is not the session's own: a summary upstream never reads
+        the session's cached prefix, so its requests do not repeat it."""
+        chosen: str | None = self.settings.summary_model
+        if self.settings.summary_upstream is None:
+            return chosen
+        return chosen or str(self.client_body.get("model") or "")
+
+    def cache_cold(self) -> bool:
+        """Whether the session's prompt cache expired since its last request
+        (`proxy.compaction.cache_life`); judged once, when first asked."""
+        if self._cache_cold is None:
+            rb = self.turn.rb
+            self._cache_cold = rb is not None and cache_cold(
+                rb.state.turn_log,
+                self.clock(),
+                str(self.client_body.get("model") or ""),
+                self.wire.cache_ttl(self.client_body),
+                self.settings.cache_lifetimes,
+            )
+            if self._cache_cold:
+                self.log_fields["cache_cold"] = True
+        return self._cache_cold
 
     def economics(self, *, force: bool = False) -> Economics | None:
         """What the session's prompt cache is worth, for cost-aware compactors."""
@@ -203,6 +242,7 @@ class Pipeline:
             fixed_chars=self.tools_chars(),
             write_factor=writes[0],
             write_share=writes[1],
+            cache_cold=self.cache_cold(),
         )
 
     def tools_chars(self) -> int:
@@ -241,7 +281,7 @@ class Pipeline:
         rb = self.turn.rb
         if rb is None or not self.compaction_enabled() or self.turn.degraded:
             return False
-        window = self.wire.learned_window(error_body)
+        window = window_of(error_body)
         if window:
             rb.state.context_window = window
         missing = missing_tokens(error_body)
@@ -303,7 +343,7 @@ class Pipeline:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 data = None
-            if is_context_length_error(resp.status_code, data) and await self.escalate(data):
+            if is_length_refusal(resp.status_code, data) and await self.escalate(data):
                 body = self.current_body()
                 continue
             return None, Response(
@@ -416,18 +456,15 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved, **ahead_record(self.turn.ahead)},
+                    extra={"savings": saved, **ahead.fields(self.turn.ahead, self.cache_cold())},
+                    now=self.clock(),
                 )
                 vec = savings.count(rb, saved)
                 if vec is not None:
                     prices = getattr(self.request.app.state, "prices", None)
                     self.log_fields["savings"] = savings.log_fields(saved["model"], vec, prices)
             await self.turn.save(wait=False)
-            if self.turn.ahead is not None:
-                try:
-                    self.turn.ahead.after_turn(self)
-                except Exception:  # never the client's problem
-                    log.exception("starting a summary ahead failed")
+            ahead.after_turn(self)  # the session's next summary, written in the background
         report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
             session=self.turn.key.id[:12],
@@ -443,7 +480,6 @@ class Pipeline:
             degraded=self.turn.degraded,
             store_errors=self.turn.store_errors,
             lease=self.turn.lease,  # how the compaction lease went (session_turn.Turn.lease)
-            summary_ahead=self.turn.ahead.record if self.turn.ahead is not None else None,
             trail_entries=trail_counts(rb.state.trail)
             if rb is not None and self.turn.compaction == "summary"
             else None,

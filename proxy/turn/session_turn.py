@@ -82,6 +82,8 @@ class Turn:
         if state is not None and rb.state is not state:  # diverged: a prepared summary stays,
             rb.state.ahead = state.ahead  # to be found stale (and counted) before any use
             rb.state.ahead_seconds = state.ahead_seconds
+        if self.ahead is not None:
+            self.ahead.check(rb)  # a stale one is dropped (and counted) before anything
         # A client with a tool of our tool's name gets the model's calls to it: no level-1
         # placeholder may send the model there (summaries still apply).
         rb.level1 = not self.wire.defines_extract_tool(self.wire.tools(self.body))

@@ -131,8 +131,10 @@ class Wire(Protocol):
         ...
 
     def cache_ttl(self, body: JSON) -> str | None:
-        """The cache lifetime the request asks for where the API lets it ("5m", "1h"): it
-        sets the price of cache writes (`proxy.compaction.economics.write_factor_for`)."""
+        """The cache lifetime the request asks for where the API lets it ("5m", "1h"; "24h",
+        OpenAI's `prompt_cache_retention`): it sets the price of cache writes
+        (`proxy.compaction.economics.write_factor_for`) and how long the cache stays warm
+        (`proxy.compaction.cache_life`)."""
         ...
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
@@ -177,8 +179,4 @@ class Wire(Protocol):
         self, status: int, message: str, type_: str, code: str | None, param: str | None = None
     ) -> JSON:
         """An error body in this API's shape."""
-        ...
-
-    def learned_window(self, error_body: Any) -> int | None:
-        """The context window a length refusal names, if it does."""
         ...

@@ -12,7 +12,7 @@ as bytes: the last request's, then only the new messages' (`proxy.session.finger
 cuts its prefix from those bytes instead of writing the list again), and so does that hash:
 it goes on from the last request's over the new bytes only (`Written.resume`). The kept
 conversions are never changed (a request copies the list; the pipeline edits no neutral
-message in place), bounded by sessions and by history size. Pure: no I/O.
+message in place), bounded by sessions, by history size and by bytes in all. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import orjson
 from proxy.session.json_limits import Written
 
 MAX_SESSIONS = 64
-MAX_HISTORY_BYTES = 4 * 2**20
+MAX_HISTORY_BYTES = 16 * 2**20  # a history larger is not kept
+MAX_BYTES = 48 * 2**20  # histories kept, all sessions together
 
 
 class Converting(Protocol):
@@ -57,9 +58,11 @@ class _Kept:
 
 
 class NeutralReuse:
-    def __init__(self, *, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(self, *, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_BYTES) -> None:
         self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._bytes = 0
         self.reused = 0  # requests that converted only their new messages
 
     def messages(
@@ -68,6 +71,8 @@ class NeutralReuse:
         """The request's neutral messages, and what the prefix hash reads of them
         (`as_received`) as orjson writes it; raises what the wire's conversion raises."""
         kept = self._kept.pop(session, None)
+        if kept is not None:
+            self._bytes -= len(kept.history_json)
         system = body.get("system")
         if not (
             kept is not None
@@ -92,12 +97,15 @@ class NeutralReuse:
             self._kept[session] = _Kept(
                 written.history_json, system, converted, neutral, received, written_out
             )
-            while len(self._kept) > self.max_sessions:
-                self._kept.popitem(last=False)
+            self._bytes += len(written.history_json)
+            while len(self._kept) > self.max_sessions or self._bytes > self.max_bytes:
+                _, old = self._kept.popitem(last=False)
+                self._bytes -= len(old.history_json)
         return list(neutral), written_out
 
     def clear(self) -> None:
         self._kept.clear()
+        self._bytes = 0
 
 
 def _resume(kept: _Kept | None) -> tuple[int, int, Any] | None:

@@ -71,6 +71,11 @@ class SSEDecoder:
         events: list[SSEEvent] = []
         if not data:
             return events
+        if not (self._buf or self._raw or self._after_cr or self._has_lines):
+            whole = _whole_data_events(data)
+            if whole is not None:
+                self._started = True
+                return whole
         if self._after_cr:
             self._after_cr = False
             if data[:1] == b"\n":
@@ -156,6 +161,23 @@ class SSEDecoder:
         self._raw.clear()
         self._reset_fields()
         return event
+
+
+def _whole_data_events(data: bytes) -> list[SSEEvent] | None:
+    """The events of `data` when it is nothing but whole one-line `data: ` events, each
+    ended by a blank line (`\n` only), as upstreams send them one or a few to a chunk: the
+    events the line-by-line decoding would give, without it. None for anything else."""
+    if not (data.startswith(b"data: ") and data.endswith(b"\n\n")) or b"\r" in data:
+        return None
+    parts = data.split(b"\n\n")
+    if parts[-1]:
+        return None
+    events = []
+    for part in parts[:-1]:
+        if not part.startswith(b"data: ") or b"\n" in part:
+            return None
+        events.append(SSEEvent(data=part[6:].decode("utf-8", "replace"), raw=part + b"\n\n"))
+    return events
 
 
 def encode_data(payload: bytes | str) -> bytes:

@@ -47,7 +47,7 @@ async def test_admin_detail_shows_the_trail(make_proxy: Any) -> None:
     assert shown["counts"] == {"file": 1, "command": 0, "error": 0, "constraint": 1}
     assert shown["budget"] == 200
     assert shown["rendered"] == trail.render(kept)
-    assert "- src/app/main.py: read" in shown["rendered"]
+    assert "- src/app/main.py\n" in shown["rendered"]
     assert [e["kind"] for e in shown["entries"]] == ["file", "constraint"]  # newest first
     assert "trail" not in detail["state"]  # shown once, not twice
     assert old.status_code == 200 and old.json()["trail"] is None

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.agent import SYSTEM
+from tests.support.agent import SYSTEM, Agent
 from tests.support.compacted import ADMIN_KEY, Compacted, admin_headers, compacted_session
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.wire_sessions import REMINDER, run_messages, run_responses, wire_proxy
@@ -265,4 +265,30 @@ def test_viewer_shows_the_savings(browser: Any, session: Compacted, tmp_path: Pa
     page.screenshot(path=str(shot), full_page=True)
     print(f"savings screenshot: {shot}")
     assert shot.stat().st_size > 10_000
+
+
+def test_viewer_rings_the_turn_whose_prompt_cache_had_gone_cold(
+    browser: Any, fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any
+) -> None:
+    proxy = make_proxy(admin_key=ADMIN_KEY)
+    now = [1_800_000_000.0]
+    proxy.app.state.clock = lambda: now[0]
+    agent = Agent(openai_client(proxy, session="cold-viewer"), output_size=400)
+    for pause in (5.0, 5.0, 3600.0, 5.0):  # the third request comes an hour later
+        now[0] += pause
+        agent.step()
+    session = agent.responses[-1].headers["x-xun-session"]
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(proxy.url + "/admin/")
+    page.fill("#key-input", ADMIN_KEY)
+    page.click("#key-save")
+    page.locator(f'.session-row[data-id="{session}"]').click()
+    page.wait_for_selector("#chart svg")
+    assert page.locator("#chart svg").get_attribute("data-cold") == "1"
+    cold = page.locator("#chart circle.point-cold")
+    assert cold.count() == 1
+    assert "turn 3:" in cold.locator("title").text_content()
+    assert "cache cold" in page.locator("#chart .legend").inner_text()
     assert errors == []

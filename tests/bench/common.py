@@ -230,12 +230,14 @@ def xun_proxy(
     *,
     python: str = sys.executable,
     patches: str = "",
+    module: str | None = None,
     **flags: Any,
 ) -> Child:
     """`python -m proxy serve` on a free port, logs in `scratch`; with `patches`, the same
-    command through `tests.bench.patched` (experimental hot-path changes, see there)."""
+    command through `tests.bench.patched` (experimental hot-path changes, see there); with
+    `module`, through that module (`tests.bench.clocked`: the replay's clock)."""
     port = free_port()
-    module = "tests.bench.patched" if patches else "proxy"
+    module = module or ("tests.bench.patched" if patches else "proxy")
     argv = [python, "-m", module, "serve", "--upstream", upstream, "--port", str(port)]
     env: dict[str, str] = {"XUN_BENCH_PATCHES": patches} if patches else {}
     for key, value in flags.items():

@@ -52,6 +52,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.compact import PLACEHOLDER_TEMPLATE
+from proxy.compaction.cache_life import lifetime_for
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME, content_text
 from proxy.session.history import reclaim_keys
 from proxy.session.tool_output import EMPTY_OUTPUT
@@ -75,6 +76,9 @@ CHART_TRAJECTORIES = ("claude-code/4d5611e5#0", "mini-v2/pylint-dev__astroid-133
 _prefix, _suffix = PLACEHOLDER_TEMPLATE.split("{key}")
 PLACEHOLDER = re.compile(re.escape(_prefix) + r"(.+?)" + re.escape(_suffix))
 PROBE_PREFIX = "probe_"
+# How long an unused prompt prefix stays cached: the proxy's own lifetime for the replay's
+# model (OpenAI's in-memory cache), so the replay and the proxy agree on when it is cold.
+CACHE_LIFETIME = lifetime_for("gpt-4o")
 
 
 @dataclass
@@ -100,6 +104,9 @@ class ReplayUpstream:
         self.counter = counter
         self.records: list[dict[str, Any]] = []
         self.previous: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        # When each session's last turn was sent (the replay's clock): a prefix unused for
+        # longer than the cache lifetime is no longer cached, for every configuration.
+        self.previous_at: dict[tuple[str, int], float] = {}
         self.placeholders: dict[tuple[str, int], set[str]] = defaultdict(set)
         self.probes: dict[tuple[str, int], dict[str, Any]] = {}
         self.unmatched = 0
@@ -134,10 +141,20 @@ class ReplayUpstream:
                 },
                 400,
             )
+        now = _float(request.headers.get("x-bench-now"))
         with self.lock:
-            return JSONResponse(self.answer(cfg, ti, turn, body))
+            return JSONResponse(self.answer(cfg, ti, turn, body, now))
 
-    def answer(self, cfg: str, ti: int, turn: str, body: dict[str, Any]) -> dict[str, Any]:
+    def cached(self, cfg: str, ti: int, seq: list[tuple[int, int]], now: float | None) -> int:
+        """The prefix the provider still holds: none once the cache has expired."""
+        last = self.previous_at.get((cfg, ti))
+        if now is not None and last is not None and now - last > CACHE_LIFETIME:
+            return 0
+        return cached_prefix(self.previous.get((cfg, ti)), seq)
+
+    def answer(
+        self, cfg: str, ti: int, turn: str, body: dict[str, Any], now: float | None = None
+    ) -> dict[str, Any]:
         messages = body.get("messages") or []
         prompt, seq = self.counter.request(body)
         record: dict[str, Any] = {"cfg": cfg, "ti": ti, "turn": turn, "prompt": prompt, "cached": 0}
@@ -145,7 +162,7 @@ class ReplayUpstream:
             # Cached like a turn (a summary that reuses the session's prefix gets the cache),
             # but it does not become the session's previous request.
             text = local_summary.summarise(messages, self.counter.count)
-            cached = cached_prefix(self.previous.get((cfg, ti)), seq)
+            cached = self.cached(cfg, ti, seq, now)
             record.update(kind="summary", cached=cached, completion=self.counter.count(text))
             self.records.append(record)
             return completion(
@@ -160,8 +177,10 @@ class ReplayUpstream:
                 and msg["content"].startswith(_prefix)
             ):
                 self.placeholders[(cfg, ti)].update(PLACEHOLDER.findall(msg["content"]))
-        cached = cached_prefix(self.previous.get((cfg, ti)), seq)
+        cached = self.cached(cfg, ti, seq, now)
         self.previous[(cfg, ti)] = seq
+        if now is not None:
+            self.previous_at[(cfg, ti)] = now
         reply = self.replies[ti][int(turn)]
         message = {
             k: reply[k] for k in ("role", "content", "tool_calls") if reply.get(k) is not None
@@ -254,8 +273,49 @@ def completion(message: dict[str, Any], prompt: int, cached: int, out: int) -> d
     }
 
 
+class TurnClock:
+    """When each turn is sent: the recorded time of the history's last message where the
+    trajectory has one (Claude Code's), else `pause` seconds after the turn before, and every
+    `every`-th such turn `long_pause` seconds after it (a break: a meeting, lunch)."""
+
+    def __init__(
+        self, traj: Any, ti: int, pause: float, every: int = 0, long_pause: float = 0.0
+    ) -> None:
+        self.times = getattr(traj, "times", None) or []
+        self.first = next((t for t in self.times if t is not None), None)
+        self.base = 1_800_000_000.0 + ti * 10_000_000.0  # sessions far apart
+        self.pause = pause
+        self.every, self.long_pause = every, long_pause
+        self.turns = 0
+        self.last: float | None = None
+
+    def at(self, length: int) -> float:
+        stamp = self.times[length - 1] if 0 < length <= len(self.times) else None
+        if stamp is not None and self.first is not None:
+            now = self.base + (stamp - self.first)
+        else:
+            self.turns += 1
+            breaks = self.every > 0 and self.turns % self.every == 0
+            pause = self.long_pause if breaks else self.pause
+            now = self.base if self.last is None else self.last + pause
+        self.last = now if self.last is None else max(now, self.last)
+        return self.last
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
+
+
 async def replay(
-    cfg: Config, trajectories: list[Any], run_id: str, client_log: list[dict[str, Any]]
+    cfg: Config,
+    trajectories: list[Any],
+    run_id: str,
+    client_log: list[dict[str, Any]],
+    pause: float = 30.0,
+    breaks: tuple[int, float] = (0, 0.0),
 ) -> None:
     from tests.support.corpus import turns
 
@@ -264,8 +324,12 @@ async def replay(
         for ti, traj in enumerate(trajectories):
             session = f"{run_id}-{cfg.name}-{ti}"
             history: list[dict[str, Any]] = []
+            clock = TurnClock(traj, ti, pause, *breaks)
             for k, (history, _) in enumerate(turns(traj)):
-                await send(client, url, cfg, ti, str(k), history, traj.tools, session, client_log)
+                now = clock.at(len(history))
+                await send(
+                    client, url, cfg, ti, str(k), history, traj.tools, session, client_log, now
+                )
             if cfg.kind == "xun" and history:
                 await send(client, url, cfg, ti, "probe", history, traj.tools, session, client_log)
             if ti % 25 == 0 or len(traj.messages) > 80:
@@ -282,6 +346,7 @@ async def send(
     tools: list[dict[str, Any]],
     session: str,
     client_log: list[dict[str, Any]],
+    now: float | None = None,
 ) -> None:
     key = f"{cfg.name}|{ti}|{turn}"
     body: dict[str, Any] = {"model": "gpt-4o", "messages": history, "user": key}
@@ -293,7 +358,9 @@ async def send(
         "x-bench-key": key,
         "X-Session-Id": session,
     }
-    entry: dict[str, Any] = {"cfg": cfg.name, "ti": ti, "turn": turn}
+    if now is not None:
+        headers["x-bench-now"] = repr(now)
+    entry: dict[str, Any] = {"cfg": cfg.name, "ti": ti, "turn": turn, "now": now}
     try:
         resp = await client.post(url, content=orjson.dumps(body), headers=headers)
         entry["status"] = resp.status_code
@@ -336,6 +403,10 @@ def account(
     for rec in upstream.records:
         row = rows.get(rec["cfg"], {}).get(rec["ti"])
         if row is None:
+            continue
+        if rec["kind"] == "summary" and rec["turn"] == "probe":
+            # The retrievability probe asks back every placeholder at once (no client does):
+            # a summary its answers make the proxy write is the probe's, not counted either.
             continue
         if rec["kind"] == "summary":
             row["summary_calls"] += 1
@@ -524,6 +595,7 @@ def start(
                 store=f"sqlite:///{scratch / (cfg.name.replace('@', '-') + '.db')}",
                 token_threshold=cfg.threshold,
                 max_body_bytes=256 * 2**20,
+                module="tests.bench.clocked",
                 **extra,
             )
         try:
@@ -544,12 +616,38 @@ def start(
     return children, setup
 
 
+def cold_turns(client_log: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per configuration: turns sent after a pause longer than the cache lifetime, and how
+    many of them the proxy compacted."""
+    out: dict[str, dict[str, int]] = {}
+    last: dict[tuple[str, int], float] = {}
+    for entry in sorted(client_log, key=lambda e: (e["cfg"], e["ti"], e.get("now") or 0)):
+        now, key = entry.get("now"), (entry["cfg"], entry["ti"])
+        if now is None or not str(entry.get("turn")).isdigit():
+            continue
+        row = out.setdefault(entry["cfg"], {"cold_turns": 0, "compacted_when_cold": 0})
+        if key in last and now - last[key] > CACHE_LIFETIME:
+            row["cold_turns"] += 1
+            if entry.get("compaction") in ("toolcall", "summary"):
+                row["compacted_when_cold"] += 1
+        last[key] = now
+    return out
+
+
 def probe_text(p: dict[str, Any]) -> str:
     shown = f"{p['placeholders_retrieved']}/{p['placeholders']}"
     return f"{shown} ({p['retrieved']}/{p['checked']})"
 
 
 def print_tables(result: dict[str, Any]) -> None:
+    cold = result.get("cold") or {}
+    if cold:
+        print_header(
+            f"Cold prompt caches (turns more than {result['cache_lifetime']:.0f} s after the "
+            f"previous one; {result['pause']:.0f} s between turns without a recorded time)"
+        )
+        rows = [[name, v["cold_turns"], v["compacted_when_cold"]] for name, v in cold.items()]
+        print(table(["config", "cold turns", "compacted at a cold turn"], rows))
     factors = result["cache_factors"]
     f0 = factors[0]
     print_header(f"Token economy per trajectory (long ones; saving vs direct; cost at {f0}x cache)")
@@ -649,6 +747,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write-factor", type=float, default=1.0, help="price of an uncached token (a cache write)"
     )
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=30.0,
+        help="seconds between turns without a recorded time (Claude Code's have one)",
+    )
+    parser.add_argument(
+        "--break-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="every N-th turn without a recorded time comes after --break seconds instead",
+    )
+    parser.add_argument("--break", dest="long_pause", type=float, default=1200.0)
     parser.add_argument("--skip", nargs="*", default=[], choices=["headroom"])
     parser.add_argument("--no-install", action="store_true", help="do not pip-install Headroom")
     parser.add_argument("--tag", default="", help="suffix of the result file")
@@ -661,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     factors = sorted({args.cache_factor, 0.5})
     factors = [args.cache_factor] + [f for f in factors if f != args.cache_factor]
     upstream = ReplayUpstream(trajectories, counter)
+    breaks = (args.break_every, args.long_pause)
     scratch = run_dir("economy")
     server = UvicornThread(upstream.app(), log_level="warning", timeout_keep_alive=600)
     server.start()
@@ -672,7 +785,12 @@ def main(argv: list[str] | None = None) -> int:
             active = [c for c in configs if c.error is None]
 
             async def all_configs() -> None:
-                await asyncio.gather(*(replay(c, trajectories, run_id, client_log) for c in active))
+                await asyncio.gather(
+                    *(
+                        replay(c, trajectories, run_id, client_log, args.pause, breaks)
+                        for c in active
+                    )
+                )
 
             asyncio.run(all_configs())
             if any(c.kind == "headroom" for c in active):
@@ -691,6 +809,10 @@ def main(argv: list[str] | None = None) -> int:
         "summariser": local_summary.LABEL,
         "cache_factors": factors,
         "write_factor": args.write_factor,
+        "pause": args.pause,
+        "breaks": {"every": args.break_every, "seconds": args.long_pause},
+        "cache_lifetime": CACHE_LIFETIME,
+        "cold": cold_turns(client_log),
         "cache_model": "longest common prefix with the session's previous request, in whole blocks "
         "(the tools block, then messages); summary calls get the same rule against the session's "
         "previous request, their completion tokens count at 1x",

@@ -16,7 +16,9 @@ in the three APIs the proxy serves:
 
 It does not parse the request JSON: it only looks for `"stream": true`,
 `"include_usage": true` and `"user": "bench-slow-<ms>"` (or `"user_id"`, Anthropic's
-`metadata` field), which spaces the stream's events <ms> apart, for the no-buffering check.
+`metadata` field), which spaces the stream's events <ms> apart, for the no-buffering check
+(`bench-slow-<ms>-<n>`: a chat stream of n content chunks " tok0" ... " tok<n-1>", for the
+jitter measure of `tests.bench.field`).
 Anything else gets a small JSON 404, except GET /health and GET .../models.
 """
 
@@ -32,7 +34,7 @@ import orjson
 
 STREAM = re.compile(rb'"stream"\s*:\s*true')
 INCLUDE_USAGE = re.compile(rb'"include_usage"\s*:\s*true')
-SLOW = re.compile(rb'"user(?:_id)?"\s*:\s*"bench-slow-(\d+)"')
+SLOW = re.compile(rb'"user(?:_id)?"\s*:\s*"bench-slow-(\d+)(?:-(\d+))?"')
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005}
 # The same 1,005 tokens in the other two APIs' shapes (Anthropic: mostly read from the cache).
 RESPONSES_USAGE = {
@@ -76,7 +78,7 @@ def _completion() -> bytes:
     )
 
 
-def _events(include_usage: bool) -> list[bytes]:
+def _events(include_usage: bool, words: list[str] = WORDS) -> list[bytes]:
     base = {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
@@ -84,7 +86,7 @@ def _events(include_usage: bool) -> list[bytes]:
         "model": "gpt-4o",
         "system_fingerprint": "fp_bench",
     }
-    deltas = [{"role": "assistant", "content": ""}] + [{"content": w} for w in WORDS]
+    deltas = [{"role": "assistant", "content": ""}] + [{"content": w} for w in words]
     chunks = [
         {**base, "choices": [{"index": 0, "delta": d, "logprobs": None, "finish_reason": None}]}
         for d in deltas
@@ -339,6 +341,10 @@ class Connection(asyncio.Protocol):
         else:
             events = RESPONSE_EVENTS if api == "responses" else MESSAGE_EVENTS
         slow = SLOW.search(body)
+        if slow is not None and slow.group(2) and api == "chat":
+            count = int(slow.group(2))  # bench-slow-<ms>-<n>: n content chunks " tok0" ...
+            words = [f" tok{i}" for i in range(count)]
+            events = _events(bool(INCLUDE_USAGE.search(body)), words)
         assert self.transport is not None
         self.transport.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"

@@ -1,54 +1,104 @@
 """Run xun-proxy with experimental hot-path changes applied at start-up (benchmarks only).
 
-    XUN_BENCH_PATCHES=state_bytes,view python -m tests.bench.patched serve --upstream ...
+    XUN_BENCH_PATCHES=nogc,gclog python -m tests.bench.patched serve --upstream ...
 
 The proxy's code is not edited: each patch replaces one function in the running process, so
 the overhead benchmark can measure a proposed change end to end (`overhead.py --patches`)
 before anyone applies it to `proxy/`. Patches:
 
-  state_bytes   SessionState.to_bytes serialises the dataclass with orjson directly instead
-                of `dataclasses.asdict` (which deep-copies the state, its 300 kept turns
-                included, on every save)
-  view          record_turn stops re-compressing the whole history into `state.view` on
-                every turn (keep_view=False); the inspection view would then be built on
-                demand, e.g. by the admin route from the client's messages
+  nogc          no cyclic garbage collection at all once serving (gc.disable): what the
+                collector costs the tail
+  noreclaim     the idle reclaimer never runs (no full collection and malloc_trim when the
+                proxy goes idle between bursts)
+  switch        the GIL's switch interval at 0.5 ms instead of 5 ms: how long the loop waits
+                for a worker thread (the SQLite writer) that holds the GIL
+  gcsave        cyclic garbage is kept (gc.DEBUG_SAVEALL) and SIGUSR1 writes what kinds of
+                objects it holds to stderr: what makes reference cycles per request
+  gclog         every collection over 0.5 ms is written to stderr with its generation and
+                duration (for the proxy's log)
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 
-def _state_bytes() -> None:
-    import orjson
+def _nogc() -> None:
+    import gc
 
-    from proxy import session_state as session  # in proxy.session before it had a module
+    from proxy.server import allocator
 
-    def to_bytes(self: session.SessionState) -> bytes:
-        return orjson.dumps({"state_version": session.STATE_VERSION, **self.__dict__})
+    original = allocator.tune_collector
 
-    session.SessionState.to_bytes = to_bytes  # type: ignore[method-assign]
+    def tune_collector(*args: Any, **kwargs: Any) -> None:
+        original(*args, **kwargs)
+        gc.disable()
 
-
-def _view() -> None:
-    from proxy import session
-
-    original = session.record_turn
-
-    def record_turn(*args: Any, **kwargs: Any) -> Any:
-        kwargs["keep_view"] = False
-        return original(*args, **kwargs)
-
-    session.record_turn = record_turn
-    # chat.py imported the name; rebind it there too.
-    from proxy.routes import chat
-
-    chat.record_turn = record_turn  # type: ignore[attr-defined]
+    allocator.tune_collector = tune_collector
 
 
-PATCHES = {"state_bytes": _state_bytes, "view": _view}
+def _noreclaim() -> None:
+    from proxy.server import allocator
+
+    allocator.IdleReclaimer.tick = lambda self: False  # type: ignore[method-assign]
+
+
+def _switch() -> None:
+    sys.setswitchinterval(0.0005)
+
+
+def _gclog() -> None:
+    import gc
+
+    started: list[float] = [0.0]
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        ms = (time.perf_counter() - started[0]) * 1000
+        if ms > 0.5:
+            gen, n = info.get("generation"), info.get("collected")
+            frame, idle = sys._getframe(1), False
+            while frame is not None and not idle:
+                idle = frame.f_code.co_name == "reclaim"
+                frame = frame.f_back
+            sizes = [len(gc.get_objects(g)) for g in range(3)] if gen == 2 else ""
+            print(
+                f"gc gen={gen} ms={ms:.2f} collected={n} idle={idle} {sizes}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    gc.callbacks.append(callback)
+
+
+def _gcsave() -> None:
+    import collections
+    import gc
+    import signal
+
+    gc.set_debug(gc.DEBUG_SAVEALL)
+
+    def dump(signum: int, frame: Any) -> None:
+        gc.collect()
+        kinds = collections.Counter(type(o).__qualname__ for o in gc.garbage)
+        print(f"gc garbage {len(gc.garbage)}: {kinds.most_common(40)}", file=sys.stderr, flush=True)
+        gc.garbage.clear()
+
+    signal.signal(signal.SIGUSR1, dump)
+
+
+PATCHES = {
+    "gcsave": _gcsave,
+    "nogc": _nogc,
+    "noreclaim": _noreclaim,
+    "switch": _switch,
+    "gclog": _gclog,
+}
 
 
 def main() -> int:

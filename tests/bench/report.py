@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tests.bench import field_phases
 from tests.bench.cache_writes import block as cache_writes_block
 from tests.bench.common import ROOT, read_result, table
 from tests.bench.trail import report_block as trail_block
@@ -644,6 +645,7 @@ BLOCKS = {
     "experiments-head": lambda: experiments_block("overhead-experiments-head"),
     "trail": trail_block,
     "wires": wires_block,
+    "field": lambda: field_phases.report_block(read_result("field")),
 }
 
 

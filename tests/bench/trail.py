@@ -43,7 +43,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tests.bench import local_summary
+from tests.bench import local_summary, synthetic
 from tests.bench.common import (
     ROOT,
     Child,
@@ -110,7 +110,7 @@ SESSION_HOOK = [
 
 def load_hooked_session() -> str:
     """Load proxy.session.rebuild with the trail's hook lines unless it has them; say which."""
-    path = ROOT / "proxy" / "session.py"
+    path = ROOT / "proxy" / "session" / "rebuild.py"
     source = path.read_text(encoding="utf-8")
     if "state.trail" in source:
         return "proxy/session/rebuild.py as it is (it keeps the trail)"
@@ -454,10 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=int, default=32_000)
     parser.add_argument("--baseline", default=BASELINE, help="commit of the proxy without it")
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--synthetic", type=int, default=0, help="add N long OpenHands-style sessions"
+    )
     args = parser.parse_args(argv)
     started = time.time()
     counter = Counter.create()
-    trajectories = pick(args)
+    trajectories = pick(args) + synthetic.trajectories(args.synthetic)
     k = args.threshold // 1000
     configs = [Config("direct", "direct")]
     for label, path in STRATEGIES.items():

@@ -226,8 +226,13 @@ def test_the_lifetime_the_client_asked_for(body: dict[str, Any], expected: str |
 def test_rounds_usage_sums_the_cache_writes_when_sent() -> None:
     """Several upstream rounds (the proxy's hidden extract rounds) as one usage: the cache's
     counts are added like the others; a count no round sent is not made up."""
-    from proxy.wire.chat.relay import usage_sum as chat_sum
-    from proxy.wire.responses.reply import usage_sum as responses_sum
+    from proxy.wire.usage import CHAT, RESPONSES, usage_sum
+
+    def chat_sum(usages: list[Any]) -> dict[str, Any] | None:
+        return usage_sum(usages, CHAT)
+
+    def responses_sum(usages: list[Any]) -> dict[str, Any] | None:
+        return usage_sum(usages, RESPONSES)
 
     def chat(prompt: int, details: dict[str, int]) -> dict[str, Any]:
         return {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,

@@ -12,9 +12,9 @@ from proxy.compaction.escalation import (
     ForcedToolcall,
     calibrated,
     ladder,
-    missing_tokens,
 )
 from proxy.conversation import Conversation
+from proxy.wire.refusal import missing_tokens
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from proxy import trail
 from proxy.artifacts import call_paths, command_paths, constraints, error_line, exit_status
 from proxy.conversation import Conversation
 from proxy.conversation_message import SystemPrompt, message_from_json
+from proxy.rules import format_compacted_summary
 from proxy.session.state import SessionState
 from tests.support.core_helpers import tool_call
 
@@ -184,8 +185,10 @@ def test_newest_first_and_grouped_by_path() -> None:
     t = trail.update(t, [call("c9", "Read", file_path="docs/a.md"), result("c9", "x")])
     text = trail.render(t)
     assert text.startswith(trail.TRAIL_HEADING)
-    file_lines = [ln for ln in text.splitlines() if ln.startswith("- ") and ": " in ln][:3]
-    assert file_lines == ["- docs/a.md: read", "- src/x.py: read, edit", "- tests/test_x.py: read"]
+    start = text.index("### files")
+    file_lines = [ln for ln in text[start:].splitlines()[1:4]]
+    # Only a changed file's line names its operations: a path alone was read (or named).
+    assert file_lines == ["- docs/a.md", "- src/x.py: read, edit", "- tests/test_x.py"]
     assert text.count("src/x.py:") == 1
 
 
@@ -202,9 +205,10 @@ def test_over_budget_the_oldest_go_and_are_counted() -> None:
 
 
 def test_default_budget() -> None:
-    assert trail.default_budget(32_000) == 1500
-    assert trail.default_budget(16_000) == 800
-    assert trail.default_budget(None) == 1500
+    assert trail.default_budget(32_000) == 2000
+    assert trail.default_budget(16_000) == 1000
+    assert trail.default_budget(64_000) == 2000
+    assert trail.default_budget(None) == 2000
 
 
 # -- the hooks: conversation, saved forms, session state -------------------------------------
@@ -372,3 +376,70 @@ def test_a_trail_is_rendered_once_while_its_state_lasts() -> None:
     assert trail.render(kept) is text  # remembered: the same object is the same trail
     fresh = {**kept, "entries": list(entries)}
     assert trail.render(fresh) != text and "src/new.py" in trail.render(fresh)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("I read src/x.py before.", True),
+        ("I read src/x.py.", True),
+        ("see (src/x.py)", True),
+        ("src/x.py", True),
+        ("lib/src/x.py", False),  # inside a longer path
+        ("src/x.pyc", False),
+        ("src/x.py.orig", False),
+        ("nothing here", False),
+    ],
+)
+def test_a_path_is_named_whole(text: str, named: bool) -> None:
+    assert trail._named_in("src/x.py", text) is named
+
+
+def test_files_the_summary_names_are_not_listed_again() -> None:
+    entries = [
+        {"kind": "file", "path": "src/read.py", "ops": ["read"]},
+        {"kind": "file", "path": "src/edited.py", "ops": ["read", "edit"]},
+        {"kind": "file", "path": "src/other.py", "ops": ["read"]},
+    ]
+    t = {"version": 1, "budget": 500, "entries": entries}
+    summary = "## overview\nRead src/read.py and changed src/edited.py."
+    text = trail.render(t, shown=summary)
+    assert "- src/read.py" not in text  # the summary has it verbatim
+    assert "- src/edited.py: read, edit" in text  # a change keeps its operations
+    assert "- src/other.py" in text
+    assert trail.render(t) != text and "- src/read.py" in trail.render(t)
+    fenced = format_compacted_summary(summary, t)
+    assert fenced.count("src/read.py") == 1 and "src/other.py" in fenced
+
+
+def test_long_tool_results_scanned_once_give_what_scanning_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A span read again (each request that applies a session's summary) finds the same
+    entries; a long result's scans are remembered, within a bound in characters."""
+    from proxy import artifacts
+
+    monkeypatch.setattr(artifacts, "_remembered", artifacts.OrderedDict())
+    monkeypatch.setattr(artifacts, "_remembered_chars", [0])
+    monkeypatch.setattr(artifacts, "REMEMBERED_MAX_CHARS", 12_000)
+    outputs = [
+        "ok\n" * 600 + "Exit code: 0",
+        "line\n" * 500 + "Traceback (most recent call last):\n  x\nValueError: bad",
+        "short: Exit code: 2",
+        "x" * 5000 + "\nexit status 3",
+    ]
+    span: list[dict[str, Any]] = []
+    for n, output in enumerate(outputs):
+        call = tool_call(f"c{n}", "bash", json.dumps({"command": f"make t{n}"}))
+        span.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        span.append({"role": "tool", "tool_call_id": f"c{n}", "content": output})
+    first = artifacts.entries_of(span)
+    again = artifacts.entries_of(span)
+    assert first == again
+    statuses = [e.get("exit") for e in first if e["kind"] == "command"]
+    assert statuses == [exit_status(o) for o in outputs]
+    assert [e["text"] for e in first if e["kind"] == "error"] == [
+        line for o in outputs if (line := error_line(o)) is not None
+    ]
+    assert artifacts._remembered_chars[0] <= 12_000
+    assert "short: Exit code: 2" not in artifacts._remembered  # short: scanned each time

@@ -27,10 +27,9 @@ def call(arguments: Any) -> dict[str, Any]:
 ORIGINALS = {"call_1": "original text", "call_1#2": [{"type": "text", "text": "second"}]}
 
 
-def test_definition_has_one_required_string_parameter() -> None:
+def test_definition_has_one_string_parameter() -> None:
     params = TOOL_DEFINITION["function"]["parameters"]
-    assert params["required"] == ["toolcall_id"]
-    assert params["properties"]["toolcall_id"]["type"] == "string"
+    assert params["properties"] == {"toolcall_id": {"type": "string"}}
 
 
 def test_inject_appends_last_and_keeps_client_tools() -> None:

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,9 @@ class Trajectory:
     messages: list[Message]
     tools: list[dict[str, Any]]
     reported_peak: int | None
+    # When each message was written (epoch seconds), where the source records it (Claude
+    # Code); the token economy replays each turn at its time (cold prompt caches included).
+    times: list[float | None] | None = None
 
 
 # -- validity -----------------------------------------------------------------------------
@@ -293,16 +297,19 @@ def load_claude_code(path: Path, *, reasoning: bool = True) -> list[Trajectory]:
     Thinking becomes `reasoning_content` (dropped with `reasoning=False`).
     """
     segments: list[tuple[list[Message], list[int | None]]] = [([], [])]
+    stamps: list[list[float | None]] = [[]]  # per segment, one per message
     by_id: dict[str, Message] = {}
     for line in _read_lines(Path(path)):
         kind = line.get("type")
         if kind == "system" and line.get("subtype") == "compact_boundary":
             segments.append(([], []))
+            stamps.append([])
             by_id = {}
             continue
         if kind not in ("user", "assistant"):
             continue
         out, usage = segments[-1]
+        before = len(out)
         message = line["message"]
         if kind == "assistant":
             usage.append(_anthropic_prompt_tokens(message.get("usage")))
@@ -334,10 +341,12 @@ def load_claude_code(path: Path, *, reasoning: bool = True) -> list[Trajectory]:
                     raise ValueError(f"{path}: unexpected user block {block['type']!r}")
             if texts:
                 out.append({"role": "user", "content": "".join(texts)})
+        stamps[-1].extend([_epoch(line.get("timestamp"))] * (len(out) - before))
     session = Path(path).stem[:8]
     trajectories = []
     for n, (messages, usage) in enumerate(segments):
         messages = _drop_unanswered_tail(messages)
+        times = stamps[n][: len(messages)]
         trajectories.append(
             Trajectory(
                 f"claude-code/{session}#{n}",
@@ -345,9 +354,20 @@ def load_claude_code(path: Path, *, reasoning: bool = True) -> list[Trajectory]:
                 messages,
                 synthesize_tools(messages),
                 _peak(usage),
+                times,
             )
         )
     return trajectories
+
+
+def _epoch(stamp: Any) -> float | None:
+    """An ISO 8601 timestamp ("2026-02-11T21:41:44.636Z") in epoch seconds."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _anthropic_prompt_tokens(usage: Any) -> int | None:

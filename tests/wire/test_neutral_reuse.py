@@ -107,6 +107,23 @@ def test_the_session_reuse_converts_only_what_a_history_adds() -> None:
     assert reuse.reused == count
 
 
+def test_the_sessions_kept_are_bounded_by_bytes_in_all() -> None:
+    """Sessions past the byte budget are forgotten, the least recent first; a forgotten
+    session converts its next request whole, and gives the same messages."""
+    history = session()
+    size = len(orjson.dumps(body_of("You code.", history)["messages"]))
+    reuse = NeutralReuse(max_bytes=2 * size + size // 2)  # room for two of them
+    for name in ("a", "b", "c"):
+        reuse_messages(reuse, body_of("You code.", history), name)
+    count = reuse.reused
+    assert reuse_messages(reuse, body_of("You code.", history), "a") == to_neutral(
+        "You code.", history
+    )
+    assert reuse.reused == count  # "a" went first: converted whole
+    reuse_messages(reuse, body_of("You code.", history), "c")
+    assert reuse.reused == count + 1  # "c" was kept
+
+
 def test_what_a_request_does_to_its_list_stays_its_own() -> None:
     reuse = NeutralReuse()
     history = session()

@@ -200,6 +200,32 @@ def test_arbitrary_split_points(
     assert b"".join(e.raw for e in events) == stream
 
 
+WHOLE_EVENT_CHUNKS = [
+    [b'data: {"a":1}\n\n', b'data: {"b":"\xc3\xa9"}\n\n', b"data: [DONE]\n\n"],
+    [b"data: one\n\ndata: two\n\n", b"data: three\n\n"],  # several events to a chunk
+    [b"data: a\n\n\n", b"data: b\n\n"],  # a stray blank line after an event
+    [b"data: a\n\n", b": keep-alive\n\n", b"data: b\n\n"],  # a comment between
+    [b"data: a\r\n\r\n", b"data: b\n\n"],  # CRLF line ends
+    [b"data: a\ndata: b\n\n", b"data: c\n\n"],  # a two-line event
+    [b"event: x\ndata: a\n\n", b"data: b\n\n"],
+    [b"data: a\n", b"\ndata: b\n\n"],  # an event split between chunks
+    [b"\xef\xbb\xbfdata: a\n\n", b"data: b\n\n"],  # a byte-order mark first
+    [b"data:no-space\n\n", b"data: \xff\n\n"],  # no space after the colon, bad UTF-8
+]
+
+
+@pytest.mark.parametrize("chunks", WHOLE_EVENT_CHUNKS)
+def test_whole_events_decode_as_line_by_line(
+    chunks: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of whole `data:` events (what upstreams send) take a shortcut; it gives the
+    same events, raw bytes included, as decoding the same chunks line by line."""
+    stream = b"".join(chunks)
+    shortcut = decode(stream, chunks)
+    monkeypatch.setattr(proxy.wire.sse, "_whole_data_events", lambda data: None)
+    assert shortcut == decode(stream, chunks)
+
+
 # --- encoders ------------------------------------------------------------------------------
 
 

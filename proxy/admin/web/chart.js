@@ -88,17 +88,19 @@
     turns.forEach((t, i) => {
       if (typeof t.total_tokens !== "number") return;
       points += 1;
-      const c = el("circle", { cx: x(i), cy: y(t.total_tokens), r: 3.2, class: "point" + (t.manual ? " point-manual" : "") });
-      c.appendChild(el("title", {}, `turn ${i + 1}: ${t.total_tokens} tokens` + (t.manual ? " (estimate after manual compaction)" : "")));
+      const cold = t.cache_cold === true;
+      const c = el("circle", { cx: x(i), cy: y(t.total_tokens), r: cold ? 4.5 : 3.2, class: "point" + (t.manual ? " point-manual" : "") + (cold ? " point-cold" : "") });
+      c.appendChild(el("title", {}, `turn ${i + 1}: ${t.total_tokens} tokens` + (t.manual ? " (estimate after manual compaction)" : "") + (cold ? " (prompt cache cold: a compaction here rewrites nothing cached)" : "")));
       svg.appendChild(c);
     });
     svg.setAttribute("data-points", points);
     svg.setAttribute("data-marks", marks);
+    svg.setAttribute("data-cold", turns.filter((t) => t.cache_cold === true).length);
     container.appendChild(svg);
 
     const legend = document.createElement("p");
     legend.className = "legend";
-    for (const [cls, label] of [["series", "total_tokens"], ["mark-toolcall", "T: tool results reclaimed"], ["mark-summary", "S: summary"], ["mark-manual", "*: manual"]]) {
+    for (const [cls, label] of [["series", "total_tokens"], ["mark-toolcall", "T: tool results reclaimed"], ["mark-summary", "S: summary"], ["mark-manual", "*: manual"], ["point-cold", "ring: cache cold"]]) {
       const span = document.createElement("span");
       span.className = "key " + cls;
       span.textContent = label;

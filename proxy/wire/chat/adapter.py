@@ -7,7 +7,6 @@ calls in replies and chunks (`proxy.wire.chat.relay`), and renders errors in Ope
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
@@ -23,13 +22,11 @@ from proxy.wire.chat.relay import (
     relay_completion,
     relay_event,
     usage_chunk,
-    usage_sum,
     visible_message,
 )
 from proxy.wire.chat.reply import checked_completion
 from proxy.wire.sse import DONE
-
-_MAX_CONTEXT = re.compile(r"maximum context length is (\d+)")
+from proxy.wire.usage import CHAT, usage_sum
 
 
 def usage_of(usage: Any) -> Usage | None:
@@ -100,7 +97,7 @@ class ChatRelay:
         if hidden_last and self.last_chunk is not None:
             # Out of extract rounds: end the reply the client saw normally.
             out.append(finish_chunk(self.chunk_id, self.last_chunk))
-        total = usage_sum(self.usages)
+        total = usage_sum(self.usages, CHAT)
         if self.wants_usage and total is not None and self.last_chunk is not None:
             out.append(usage_chunk(self.chunk_id, self.last_chunk, total))
         out.append(DONE)
@@ -156,7 +153,9 @@ class ChatWire:
         return n is None or n == 1
 
     def cache_ttl(self, body: JSON) -> str | None:
-        return None  # OpenAI caches on its own; its write price does not depend on a TTL
+        # OpenAI caches on its own, for minutes unless asked to keep it 24 h (the lifetime
+        # counts in `proxy.compaction.cache_life`; the write price does not depend on it).
+        return "24h" if body.get("prompt_cache_retention") == "24h" else None
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)
@@ -230,7 +229,7 @@ class ChatWire:
                 if not shown.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
                     choice["finish_reason"] = "stop"
                 choice["message"] = shown
-        total = usage_sum([r.raw.get("usage") or {} for r in rounds])
+        total = usage_sum([r.raw.get("usage") or {} for r in rounds], CHAT)
         if total is not None:
             completion["usage"] = total
         return completion
@@ -251,9 +250,3 @@ class ChatWire:
         self, status: int, message: str, type_: str, code: str | None, param: str | None = None
     ) -> JSON:
         return error_payload(message, type_, code, param)
-
-    def learned_window(self, error_body: Any) -> int | None:
-        err = error_body.get("error") if isinstance(error_body, dict) else None
-        text = str(err.get("message") if isinstance(err, dict) else error_body)
-        m = _MAX_CONTEXT.search(text)
-        return int(m.group(1)) if m else None

@@ -8,7 +8,6 @@ in extract calls only, so the proxy must answer them and ask upstream again. Pur
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,39 +15,8 @@ import orjson
 
 from proxy.errors import UpstreamInvalidResponse
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME, split_calls
-from proxy.session.history import token_count
 from proxy.wire.chat.reply import check_chunk, check_completion, completion_as_chunk
 from proxy.wire.sse import ChunkAccumulator, encode_data
-
-
-def usage_sum(usages: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Usage of several upstream rounds as one: token counts added (the cache's and the
-    reasoning's details too), the rest from the last.
-
-    A count that is not one (a string, a float) counts as 0 in the sum.
-    """
-    usages = [u for u in usages if isinstance(u, dict)]
-    if not usages:
-        return None
-    if len(usages) == 1:
-        return usages[0]
-    total = copy.deepcopy(usages[-1])
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        total[name] = sum(token_count(u.get(name)) or 0 for u in usages)
-    for parent, name in _SUMMED_DETAILS:
-        details = [u[parent] for u in usages if isinstance(u.get(parent), dict)]
-        if any(name in d for d in details):  # a count no round sent is not added
-            last = total.get(parent)
-            summed = sum(token_count(d.get(name)) or 0 for d in details)
-            total[parent] = {**(last if isinstance(last, dict) else {}), name: summed}
-    return total
-
-
-_SUMMED_DETAILS = (
-    ("prompt_tokens_details", "cached_tokens"),
-    ("prompt_tokens_details", "cache_write_tokens"),  # reported from GPT-5.6 on
-    ("completion_tokens_details", "reasoning_tokens"),
-)
 
 
 def visible_message(message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -121,13 +121,18 @@ class MessagesWire:
         return bodies.continue_body(body, rnd, results)
 
     def bind_thinking(
-        self, body: JSON, bindings: dict[str, str], *, trust_unknown: bool
+        self,
+        body: JSON,
+        bindings: dict[str, str],
+        *,
+        trust_unknown: bool,
+        walked: binding.Walked | None = None,
     ) -> binding.Bound | None:
         """`body` without thinking blocks bound to another prefix (`proxy.wire.messages.binding`),
         None for a model that does not check them."""
         if not binding.checks_prefixes(body.get("model")):
             return None
-        return binding.bind(body, bindings, trust_unknown=trust_unknown)
+        return binding.bind(body, bindings, trust_unknown=trust_unknown, walked=walked)
 
     def reply_bindings(self, bound: binding.Bound, rnd: Round) -> dict[str, str]:
         """The prefix each thinking block of a round's reply was written under."""
@@ -165,6 +170,3 @@ class MessagesWire:
         self, status: int, message: str, type_: str, code: str | None, param: str | None = None
     ) -> JSON:
         return bodies.error_body(status, message, type_, code)
-
-    def learned_window(self, error_body: Any) -> int | None:
-        return bodies.learned_window(error_body)

@@ -117,57 +117,128 @@ class PrefixChain:
 
 
 @dataclass
+class Walked:
+    """What `bind` went over of a request from which it removed nothing, for the session's
+    next request to go on from: the same head (`system`, `tools`) and trust, its messages
+    (the very objects: a history resent as it was is parsed into the same objects,
+    `proxy.turn.body_reuse`), the hash after each of them, and per message the binding each
+    thinking block was judged by. A later request whose first messages are those objects,
+    and whose bindings still say the same of their blocks, is judged the same up to there:
+    every block kept, the same hash. Never changed once made."""
+
+    head: str
+    trust: bool
+    messages: list[Any]
+    chains: list[Any]  # the hasher after each message
+    judged: list[tuple[tuple[str, str | None], ...]]  # (block key, binding) of its blocks
+
+
+@dataclass
 class Bound:
     """A request made safe to send: its body, the blocks removed, and the hash of its whole
-    prefix (for the bindings of the reply's blocks)."""
+    prefix (for the bindings of the reply's blocks); `walked`, when nothing was removed."""
 
     body: dict[str, Any]
     removed: int
     tail: PrefixChain
+    walked: Walked | None = None
 
 
-def bind(body: dict[str, Any], bindings: Mapping[str, str], *, trust_unknown: bool) -> Bound:
+def _resumable(
+    walked: Walked | None, head: str, trust: bool, messages: list[Any], bindings: Mapping[str, Any]
+) -> int:
+    """How many of `messages` were judged already, and alike, in `walked`."""
+    if walked is None or walked.head != head or walked.trust != trust:
+        return 0
+    same = 0
+    for now, then in zip(messages, walked.messages, strict=False):
+        if now is not then:
+            break
+        same += 1
+    for n in range(same):
+        if any(bindings.get(key) != seen for key, seen in walked.judged[n]):
+            return n
+    return same
+
+
+def bind(
+    body: dict[str, Any],
+    bindings: Mapping[str, str],
+    *,
+    trust_unknown: bool,
+    walked: Walked | None = None,
+) -> Bound:
     """`body` without the thinking blocks whose prefix is not the one they were written
-    under (`bindings`: block key -> prefix digest); see the module docstring."""
+    under (`bindings`: block key -> prefix digest); see the module docstring. With `walked`
+    (the session's last request's), the messages it judged alike are not hashed again."""
     chain = PrefixChain.head(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return Bound(body, 0, chain)
-    sent: list[Any] = []
+    head = chain.digest()
+    start = _resumable(walked, head, trust_unknown, messages, bindings)
+    chains: list[Any] = []
+    judged: list[tuple[tuple[str, str | None], ...]] = []
+    if start and walked is not None:
+        chain = PrefixChain(walked.chains[start - 1].copy())
+        chains, judged = walked.chains[:start], walked.judged[:start]
+    sent: list[Any] = messages[:start]
     removed = 0
-    for n, message in enumerate(messages):
-        if not isinstance(message, dict):
-            sent.append(message)
-            continue
-        chain.message(message.get("role"))
-        content = message.get("content")
-        if not isinstance(content, list):
-            chain.content(content)
-            sent.append(message)
-            continue
-        kept: list[Any] = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") in THINKING_KINDS:
-                signed = bindings.get(block_key(block))
-                if signed is None:
-                    valid = trust_unknown and not removed
-                else:
-                    valid = signed == chain.digest()
-                if not valid:
-                    removed += 1
-                    continue
-            kept.append(block)
-            chain.block(block)
-        if len(kept) == len(content):
-            sent.append(message)
-            continue
-        if not kept and n < len(messages) - 1:
-            kept = [{"type": "text", "text": OMITTED}]
-            chain.block(kept[0])
-        sent.append({**message, "content": kept})
+    for n in range(start, len(messages)):
+        seen: list[tuple[str, str | None]] = []
+        message, dropped = _bound_message(
+            messages[n], n == len(messages) - 1, bindings, trust_unknown, removed, chain, seen
+        )
+        sent.append(message)
+        removed += dropped
+        chains.append(chain.hasher.copy())
+        judged.append(tuple(seen))
     if not removed:
-        return Bound(body, 0, chain)
+        done = Walked(head, trust_unknown, list(messages), chains, judged)
+        return Bound(body, 0, chain, done)
     return Bound({**body, "messages": sent}, removed, chain)
+
+
+def _bound_message(
+    message: Any,
+    last: bool,
+    bindings: Mapping[str, str],
+    trust_unknown: bool,
+    removed_before: int,
+    chain: PrefixChain,
+    seen: list[tuple[str, str | None]],
+) -> tuple[Any, int]:
+    """(`message` as it may go, the blocks removed from it), its blocks added to `chain`;
+    each thinking block's key and binding go to `seen`."""
+    if not isinstance(message, dict):
+        return message, 0
+    chain.message(message.get("role"))
+    content = message.get("content")
+    if not isinstance(content, list):
+        chain.content(content)
+        return message, 0
+    kept: list[Any] = []
+    removed = 0
+    for block in content:
+        if isinstance(block, dict) and block.get("type") in THINKING_KINDS:
+            key = block_key(block)
+            signed = bindings.get(key)
+            seen.append((key, signed))
+            if signed is None:
+                valid = trust_unknown and not (removed_before + removed)
+            else:
+                valid = signed == chain.digest()
+            if not valid:
+                removed += 1
+                continue
+        kept.append(block)
+        chain.block(block)
+    if not removed:
+        return message, 0
+    if not kept and not last:
+        kept = [{"type": "text", "text": OMITTED}]
+        chain.block(kept[0])
+    return {**message, "content": kept}, removed
 
 
 def reply_bindings(tail: PrefixChain, content: Any) -> dict[str, str]:

@@ -12,7 +12,6 @@ refuse with a 400 (its checks are imported here too, where they used to live). P
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -363,8 +362,6 @@ def _marked(block: Any) -> bool:
 
 # -- errors ---------------------------------------------------------------------------------
 
-_TOO_LONG = re.compile(r"(\d+)\s*tokens?\s*>\s*(\d+)\s*maximum")
-
 
 def error_body(
     status: int, message: str, type_: str | None = None, code: str | None = None
@@ -372,11 +369,3 @@ def error_body(
     """An error in Anthropic's shape (`proxy.errors.anthropic_payload`; `code` has no place
     in it)."""
     return anthropic_payload(status, message, type_)
-
-
-def learned_window(error: Any) -> int | None:
-    """The context window a "prompt is too long: N tokens > M maximum" refusal names."""
-    err = error.get("error") if isinstance(error, dict) else None
-    text = str(err.get("message") if isinstance(err, dict) else error)
-    found = _TOO_LONG.search(text)
-    return int(found.group(2)) if found else None

@@ -9,7 +9,6 @@ Completions completion the summariser expects. Pure: no I/O.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from proxy.errors import UnreadableInput
@@ -17,14 +16,9 @@ from proxy.session.history import token_count
 from proxy.wire.base import Round, Usage
 from proxy.wire.messages.bodies import is_extract_use
 from proxy.wire.messages.to_neutral import X_ITEMS, assistant_to_neutral, reply_to_neutral
+from proxy.wire.usage import MESSAGES, usage_sum
 
-TOKEN_FIELDS = (
-    "input_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "output_tokens",
-)
-_NESTED_COUNTS = ("cache_creation", "server_tool_use")  # dicts of counts, summed by key
+TOKEN_FIELDS = tuple(name for name, _ in MESSAGES.counts)  # input, cache writes, reads, output
 
 
 def usage_total(usage: Any) -> int | None:
@@ -62,28 +56,6 @@ def usage_of(usage: Any) -> Usage | None:
     prompt = usage["input_tokens"] + read + (written or 0)
     output = usage["output_tokens"]
     return Usage(total=total, prompt=prompt, cached=read, output=output, written=written)
-
-
-def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
-    """Several rounds' usage as one: token counts added, other fields from the last."""
-    found = [u for u in usages if isinstance(u, dict)]
-    if len(found) <= 1:
-        return found[0] if found else None
-    total = copy.deepcopy(found[-1])
-    for name in TOKEN_FIELDS:
-        if any(name in u for u in found):
-            total[name] = sum(token_count(u.get(name)) or 0 for u in found)
-    for name in _NESTED_COUNTS:
-        parts = [u[name] for u in found if isinstance(u.get(name), dict)]
-        if parts:
-            keys = dict.fromkeys(k for p in parts for k in p)
-            total[name] = {
-                k: sum(token_count(p.get(k)) or 0 for p in parts)
-                if all(token_count(p.get(k)) is not None for p in parts if k in p)
-                else parts[-1].get(k)
-                for k in keys
-            }
-    return total
 
 
 # Ends a turn that stopped on the proxy's own calls (its rounds ran out) with no text: an
@@ -128,7 +100,7 @@ def merge_messages(rounds: list[dict[str, Any]], hide: bool = True) -> dict[str,
         content[-1].get("type") if content and isinstance(content[-1], dict) else None
     ):
         merged["content"] = [*content, {"type": "text", "text": UNFINISHED}]
-    usage = usage_sum([r.get("usage") for r in rounds])
+    usage = usage_sum([r.get("usage") for r in rounds], MESSAGES)
     if usage is not None:
         merged["usage"] = usage
     return merged

@@ -24,9 +24,9 @@ from proxy.wire.messages.reply import (
     client_stop_reason,
     needs_text,
     split_hidden,
-    usage_sum,
 )
 from proxy.wire.messages.whole import whole_events
+from proxy.wire.usage import MESSAGES, usage_sum
 
 __all__ = ["MessagesRelay", "encode_event", "error_event", "stream_error"]
 
@@ -196,7 +196,7 @@ class MessagesRelay:
             **(delta if isinstance(delta, dict) else {"stop_sequence": None}),
             "stop_reason": reason,
         }
-        usage = usage_sum([r.raw.get("usage") for r in self.rounds])
+        usage = usage_sum([r.raw.get("usage") for r in self.rounds], MESSAGES)
         if usage is not None:
             earlier = data.get("usage")
             # message_delta's usage is cumulative: the totals of every round, as one message.

@@ -12,7 +12,6 @@ compact it: it passes through unchanged (`x-xun-compaction: unsupported`). Pure.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
@@ -26,8 +25,6 @@ from proxy.wire.responses.from_neutral import output_value
 from proxy.wire.responses.reply import merge_responses, round_of, shown_items, to_round, unmerge
 from proxy.wire.responses.stream import ResponsesRelay
 from proxy.wire.responses.to_neutral import output_to_message
-
-_WINDOW = re.compile(r"(?:maximum context length|context window)[^0-9]{0,40}(\d{3,})")
 
 
 def _invalid_type(param: str, expected: str) -> InvalidRequest:
@@ -142,7 +139,9 @@ class ResponsesWire:
         return asks_responses(body)
 
     def cache_ttl(self, body: JSON) -> str | None:
-        return None  # OpenAI caches on its own; its write price does not depend on a TTL
+        # OpenAI caches on its own, for minutes unless asked to keep it 24 h (the lifetime
+        # counts in `proxy.compaction.cache_life`; the write price does not depend on it).
+        return "24h" if body.get("prompt_cache_retention") == "24h" else None
 
     def upstream_body(self, body: JSON, out: Outgoing | None, tools: Any, *, stream: bool) -> JSON:
         sent = dict(body)
@@ -236,9 +235,3 @@ class ResponsesWire:
         self, status: int, message: str, type_: str, code: str | None, param: str | None = None
     ) -> JSON:
         return error_payload(message, type_, code, param)
-
-    def learned_window(self, error_body: Any) -> int | None:
-        err = error_body.get("error") if isinstance(error_body, dict) else None
-        text = str(err.get("message") if isinstance(err, dict) else error_body)
-        m = _WINDOW.search(text)
-        return int(m.group(1)) if m else None

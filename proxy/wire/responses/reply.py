@@ -11,7 +11,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,37 +19,7 @@ from proxy.session.history import UnrecognisedHistory, token_count
 from proxy.wire.base import Round, Usage
 from proxy.wire.responses.to_neutral import X_ITEMS, output_to_message
 from proxy.wire.responses.tool import is_extract_item, is_extract_tool
-
-_SUMMED = ("input_tokens", "output_tokens", "total_tokens")
-# (details, count, whether the sum is written even when no round sent the count)
-_SUMMED_DETAILS = (
-    ("input_tokens_details", "cached_tokens", True),
-    ("input_tokens_details", "cache_write_tokens", False),  # reported from GPT-5.6 on
-    ("output_tokens_details", "reasoning_tokens", True),
-)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def usage_sum(usages: list[Any]) -> dict[str, Any] | None:
-    """Usage of several rounds as one: token counts added, the rest from the last round."""
-    found = [u for u in usages if isinstance(u, dict)]
-    if len(found) <= 1:
-        return found[0] if found else None
-    total = copy.deepcopy(found[-1])
-    for key in _SUMMED:
-        total[key] = sum(_int(u.get(key)) for u in found)
-    for parent, key, always in _SUMMED_DETAILS:
-        details: list[dict[str, Any]] = [
-            u[parent] for u in found if isinstance(u.get(parent), dict)
-        ]
-        if details and (always or any(key in d for d in details)):
-            merged: dict[str, Any] = dict(total.get(parent) or {})
-            merged[key] = sum(_int(d.get(key)) for d in details)
-            total[parent] = merged
-    return total
+from proxy.wire.usage import RESPONSES, usage_sum
 
 
 def _is_reasoning(item: Any) -> bool:
@@ -151,7 +120,7 @@ def merge_responses(
             merged[key] = rounds[0][key]
     results = [round_of(r, hide_extract) for r in rounds]
     merged["output"] = [item for r in results for item in r.visible]
-    usage = usage_sum([r.usage for r in results])
+    usage = usage_sum([r.usage for r in results], RESPONSES)
     if usage is not None:
         merged["usage"] = usage
     return client_view(merged, client_fields, hide_extract)

@@ -23,11 +23,11 @@ from proxy.wire.responses.reply import (
     client_view,
     hidden_indexes,
     round_result,
-    usage_sum,
 )
 from proxy.wire.responses.tool import is_extract_item
 from proxy.wire.responses.whole import whole_events
 from proxy.wire.sse import encode_data
+from proxy.wire.usage import RESPONSES, usage_sum
 
 __all__ = ["ResponsesRelay", "encode_event", "error_event"]
 
@@ -247,7 +247,7 @@ class ResponsesRelay:
             if self._first is not None and key in self._first:
                 merged[key] = self._first[key]
         merged["output"] = [x for x in self.seen if x is not None]
-        usage = usage_sum(self._usages)
+        usage = usage_sum(self._usages, RESPONSES)
         if usage is not None:
             merged["usage"] = usage
         return client_view(merged, self.client_fields, self.hide_extract)

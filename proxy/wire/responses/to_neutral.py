@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from proxy.artifacts import TEXT_AND_REFUSALS, text_of
 from proxy.session.history import X_PROVIDER_COMPACTION, UnrecognisedHistory
 from proxy.wire.provider_compaction import COMPACTION
 
@@ -72,23 +73,9 @@ def _output_link(item: dict[str, Any], kind: str, i: int) -> str | None:
 
 
 def parts_text(content: Any) -> str:
-    """The text of a message's content: a string as is, text and refusal parts joined."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    if len(content) == 1:  # the usual one part: its text as is, without a join
-        part = content[0]
-        text = part.get("text") if isinstance(part, dict) else None
-        if isinstance(text, str):
-            return text
-    texts: list[str] = []
-    for part in content:
-        if isinstance(part, dict):
-            text = part.get("text", part.get("refusal"))
-            if isinstance(text, str):
-                texts.append(text)
-    return "\n".join(texts)
+    """The text of a message's content: a string as is, text and refusal parts joined
+    (`TEXT_AND_REFUSALS`: other parts left out)."""
+    return text_of(content, TEXT_AND_REFUSALS)
 
 
 def user_content(content: str | list[Any]) -> str | list[Any]:

@@ -5,18 +5,21 @@ calls it. Pure: no I/O.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
 
 _FUNCTION: dict[str, Any] = TOOL_DEFINITION["function"]
 
-# Responses function tools are strict unless told otherwise: the schema closes its object.
+# No `strict`, `required` or `additionalProperties` (12 tokens on every request): with `strict`
+# left out, OpenAI's Responses API turns a schema that can be made strict into a strict one
+# itself (its one property then required), and other servers read the plain schema.
 EXTRACT_TOOL: dict[str, Any] = {
     "type": "function",
     "name": EXTRACT_TOOL_NAME,
     "description": _FUNCTION["description"],
-    "parameters": {**_FUNCTION["parameters"], "additionalProperties": False},
+    "parameters": copy.deepcopy(_FUNCTION["parameters"]),
 }
 
 

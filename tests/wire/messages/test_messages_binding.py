@@ -208,3 +208,51 @@ def test_bindings_are_bounded() -> None:
     bindings: dict[str, str] = {}
     remember(bindings, {str(n): "d" for n in range(5000)})
     assert len(bindings) == 4096 and "0" not in bindings and "4999" in bindings
+
+
+def same_bound(a: Any, b: Any) -> bool:
+    return (a.body, a.removed, a.tail.digest()) == (b.body, b.removed, b.tail.digest())
+
+
+def test_going_on_from_the_last_walk_judges_as_a_whole_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request that resends the last one's messages hashes only the new ones, and gets
+    what walking it whole gives, whatever changed meanwhile: bindings forgotten, trust,
+    an edit, a placeholder (which removes blocks: no walk is kept from it)."""
+    hashed: list[object] = []
+    original = PrefixChain.message
+    monkeypatch.setattr(PrefixChain, "message", lambda c, r: hashed.append(r) or original(c, r))
+    s = Session()
+    walked = None
+    for n in range(6):
+        s.turn(n)
+        whole = bind(s.body, s.bindings, trust_unknown=False)
+        hashed.clear()
+        resumed = bind(s.body, s.bindings, trust_unknown=False, walked=walked)
+        assert same_bound(resumed, whole)
+        assert len(hashed) == (2 if n else len(s.body["messages"]))  # only the new turn
+        trusting = bind(s.body, s.bindings, trust_unknown=True, walked=resumed.walked)
+        assert same_bound(trusting, bind(s.body, s.bindings, trust_unknown=True))
+        walked = resumed.walked
+        assert walked is not None and walked.messages == s.body["messages"]
+    forgotten = dict(s.bindings)
+    forgotten.pop(block_key(thinking(2)))  # a block the session no longer knows
+    for trust in (False, True):
+        whole = bind(s.body, forgotten, trust_unknown=trust)
+        assert same_bound(bind(s.body, forgotten, trust_unknown=trust, walked=walked), whole)
+    assert bind(s.body, forgotten, trust_unknown=False, walked=walked).removed == 4
+    changed = placeholder(s.body, 4)  # new objects from the first message on
+    resumed = bind(changed, s.bindings, trust_unknown=False, walked=walked)
+    assert same_bound(resumed, bind(changed, s.bindings, trust_unknown=False))
+    assert resumed.removed and resumed.walked is None
+    edited = {
+        **s.body,
+        "messages": [*s.body["messages"][:5], *copy.deepcopy(s.body["messages"][5:])],
+    }
+    edited["messages"][5]["content"][0]["thinking"] = "edited"
+    resumed = bind(edited, s.bindings, trust_unknown=False, walked=walked)
+    assert same_bound(resumed, bind(edited, s.bindings, trust_unknown=False))
+    other = {**s.body, "system": [{"type": "text", "text": "Another system."}]}
+    resumed = bind(other, s.bindings, trust_unknown=False, walked=walked)
+    assert same_bound(resumed, bind(other, s.bindings, trust_unknown=False))

@@ -16,9 +16,9 @@ from proxy.wire.messages.reply import (
     reply_round,
     summary_reply,
     usage_of,
-    usage_sum,
     usage_total,
 )
+from proxy.wire.usage import MESSAGES, usage_sum
 
 from .messages_cases import USAGE_1, USAGE_2, extract, reply, text, thinking, use
 
@@ -120,14 +120,14 @@ def test_usage_sum_adds_counts_and_keeps_the_rest_of_the_last() -> None:
     }
     b = {"input_tokens": 4, "output_tokens": 5, "service_tier": "priority",
          "cache_creation": {"ephemeral_5m_input_tokens": 6}}  # fmt: skip
-    assert usage_sum([a, None, b]) == {
+    assert usage_sum([a, None, b], MESSAGES) == {
         "input_tokens": 5,
         "output_tokens": 7,
         "service_tier": "priority",
         "cache_creation": {"ephemeral_5m_input_tokens": 9, "ephemeral_1h_input_tokens": 0},
     }
-    assert usage_sum([a]) is a
-    assert usage_sum([None]) is None
+    assert usage_sum([a], MESSAGES) is a
+    assert usage_sum([None], MESSAGES) is None
 
 
 def test_a_reply_is_read_as_a_round() -> None:

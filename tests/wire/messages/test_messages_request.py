@@ -27,7 +27,6 @@ from proxy.wire.messages.bodies import (
     error_body,
     inject_tool,
     is_extract_use,
-    learned_window,
     limit_breakpoints,
     summary_body,
     upstream_body,
@@ -36,6 +35,7 @@ from proxy.wire.messages.bodies import (
 from proxy.wire.messages.checks import MalformedRequest, check_request, request_error
 from proxy.wire.messages.from_neutral import CONTINUED
 from proxy.wire.messages.to_neutral import to_neutral
+from proxy.wire.refusal import window_of
 from tests.core.test_purity import FORBIDDEN, imported_roots
 
 from .messages_cases import (
@@ -64,7 +64,7 @@ def test_the_extract_tool_has_anthropics_shape_and_the_shared_description() -> N
     assert EXTRACT_TOOL["name"] == "extract_compacted_tool_result"
     assert EXTRACT_TOOL["description"] == TOOL_DEFINITION["function"]["description"]
     schema = EXTRACT_TOOL["input_schema"]
-    assert schema["type"] == "object" and schema["required"] == ["toolcall_id"]
+    assert schema["type"] == "object" and set(schema["properties"]) == {"toolcall_id"}
     assert schema["properties"]["toolcall_id"]["type"] == "string"
 
 
@@ -540,7 +540,7 @@ def test_errors_take_anthropics_shape_and_type(status: int, kind: str) -> None:
     ],
 )  # fmt: skip
 def test_a_length_refusal_names_the_window(error: Any, window: int | None) -> None:
-    assert learned_window(error) == window
+    assert window_of(error) == window
 
 
 @pytest.mark.parametrize(

@@ -22,12 +22,12 @@ from proxy.wire.responses.reply import (
     round_of,
     to_round,
     usage_of,
-    usage_sum,
 )
 from proxy.wire.responses.stream import ResponsesRelay, encode_event, error_event
 from proxy.wire.responses.to_neutral import X_ITEMS, output_to_message
 from proxy.wire.responses.tool import EXTRACT_TOOL
 from proxy.wire.sse import SSEDecoder
+from proxy.wire.usage import RESPONSES, usage_sum
 
 Event = tuple[str, dict[str, Any], bytes]
 CLIENT_TOOLS = [{"type": "function", "name": "exec_command", "parameters": {}}]
@@ -388,7 +388,7 @@ def test_error_event_shape() -> None:
     ],
 )
 def test_usage_sum(usages: list[Any], expected: Any) -> None:
-    assert usage_sum(usages) == expected
+    assert usage_sum(usages, RESPONSES) == expected
 
 
 def test_merge_responses() -> None:
