@@ -13,13 +13,6 @@ form) for the artifact trail (`proxy.trail`):
 - the first error line of results that look like failures;
 - the user's explicit rules ("do not ...", "always ...", "never ...", "must ..."), verbatim.
 
-Here too, at the bottom of the seed's imports so every module may use it: `text_of`, the one
-function that writes a message content as text, with the options a `TextForm` gives
-(separator, which keys hold a part's text, how other parts and non-list contents appear).
-Each caller keeps its form beside it (`DISPLAY` in `conversation_message`, `VIEWER` in
-`admin.view`, `TOOL_OUTPUT` and `PLAIN` in `session/`); `TEXT_ONLY` and `TEXT_AND_REFUSALS`
-are here.
-
 A long session's compacted span is read again on every request that applies its summary
 (the trail is rebuilt from the same messages): what the scans found in a long tool result is
 remembered (`_result_facts`), so such a request reads the new results only. Pure code: no
@@ -31,22 +24,12 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = [
-    "TEXT_AND_REFUSALS",
-    "TEXT_ONLY",
-    "TextForm",
-    "call_paths",
-    "command_paths",
-    "constraints",
-    "entries_of",
-    "error_line",
-    "exit_status",
-    "text_of",
-]
+from proxy.content_text import TEXT_ONLY, text_of
+
+__all__ = ["call_paths", "command_paths", "constraints", "entries_of", "error_line", "exit_status"]
 
 MAX_TEXT = 200  # characters of one error or constraint line
 MAX_COMMAND = 120
@@ -116,65 +99,6 @@ _EXCEPTION_LINE = re.compile(r"[\w.]*(?:Error|Exception|Exit|Interrupt)\b")
 _WRAPPER = re.compile(r"\s*</?(?:returncode|output)>(?:-?\d+</returncode>)?\s*$")
 _CONSTRAINT = re.compile(r"\b(?:do not|don't|dont|always|never|must)\b", re.IGNORECASE)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-# -- a message content as text: the one function, for every module ---------------------
-
-
-@dataclass(frozen=True)
-class TextForm:
-    """How `text_of` writes a message content (a string, a list of parts, or other JSON) as
-    one string. Each caller's form is pinned by tests/core/test_content_text.py."""
-
-    part: Callable[[Any], str | None]
-    """A part with no text under `text_keys` (a string part, an image, a file, an unknown
-    part): its text, or None to leave it out."""
-    whole: Callable[[Any], str]
-    """A content that is neither None, a string nor a list."""
-    sep: str = "\n"
-    """Between the parts' texts."""
-    text_keys: tuple[str, ...] = ("text",)
-    """A dict part's text: the value of the first of these keys the part has, if a string."""
-
-
-def text_of(content: Any, form: TextForm) -> str:
-    """A message content as text, written as `form` says: None is "", a string itself, a
-    list its parts' texts joined by `form.sep`."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return form.whole(content)
-    pieces = []
-    for part in content:
-        text = None
-        if isinstance(part, dict):
-            for key in form.text_keys:
-                if key in part:
-                    value = part[key]
-                    text = value if isinstance(value, str) else None
-                    break
-        if text is None:
-            text = form.part(part)
-        if text is not None:
-            pieces.append(text)
-    return pieces[0] if len(pieces) == 1 else form.sep.join(pieces)
-
-
-def _left_out(value: Any) -> None:
-    return None
-
-
-def _no_text(value: Any) -> str:
-    return ""
-
-
-# Only the text parts (what a model wrote or read as text); nothing else, not even a
-# string part.
-TEXT_ONLY = TextForm(part=_left_out, whole=_no_text)
-# Text parts and refusal parts (Chat's and Responses' assistant refusals).
-TEXT_AND_REFUSALS = TextForm(part=_left_out, whole=_no_text, text_keys=("text", "refusal"))
 
 
 def _one_line(text: str, limit: int = MAX_TEXT) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from proxy.artifacts import TextForm, text_of
+from proxy.content_text import TextForm, text_of
 from proxy.errors import UnreadableInput
 from proxy.rules import COMPACTED_SYSTEM_PROMPT, format_compacted_summary
 

@@ -21,7 +21,6 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.errors import XunError
-from proxy.hosts import normalise_names
 from proxy.setting_values import (
     BUILTIN_COMPACTORS,
     OPTIONS,
@@ -29,6 +28,7 @@ from proxy.setting_values import (
     OPTIONS_BY_KEY,
     clean_secret,
     is_loopback,
+    normalise_names,
 )
 
 MiB = 1024 * 1024

@@ -3,7 +3,7 @@
 Auth: `Authorization: Bearer <admin key>` when a key is configured; without one, the admin
 API answers only when the proxy binds to a loopback address (anyone who can reach a wider
 bind could otherwise read every session), and only to requests for a loopback `Host`
-(`localhost`, `127.x.y.z`, `[::1]`, any port; parsed exactly by `proxy.hosts`) or one of
+(`localhost`, `127.x.y.z`, `[::1]`, any port; parsed exactly by `proxy.setting_values`) or one of
 `server.allowed_hosts`: a web page that rebinds its own DNS name to 127.0.0.1 still sends
 its own name. Bodies must be `application/json`, which a web page
 cannot send to another origin without the CORS preflight the proxy never grants.
@@ -20,10 +20,10 @@ from starlette.requests import Request
 
 from proxy.admin.times import parse_time
 from proxy.errors import InvalidRequest, NotFound, ProxyError, ServiceUnavailable, Unauthorized
-from proxy.hosts import allowed_host
 from proxy.session.history import UnrecognisedHistory
 from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
+from proxy.setting_values import allowed_host
 from proxy.settings import Settings
 from proxy.store import SessionKey, Store, StoredSession, StoreError
 from proxy.wire.apis import wire_named

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.artifacts import TextForm, text_of
+from proxy.content_text import TextForm, text_of
 from proxy.conversation_message import TRUNCATE_AT
 
 X_ITEMS = "x_items"

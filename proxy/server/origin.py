@@ -15,8 +15,9 @@ request is then refused, in the shape of the API it came through, when:
   JSON.
 
 Without an operator key each request spends the client's own key, and nothing here applies.
-The host parsing is `proxy.hosts`, the same as the key-less admin API's. `origin_refusal` is
-pure; `OriginGuardMiddleware` is the ASGI glue, installed only when the proxy holds a key.
+The host parsing is `proxy.setting_values`', the same as the key-less admin API's.
+`origin_refusal` is pure; `OriginGuardMiddleware` is the ASGI glue, installed only when the
+proxy holds a key.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from functools import lru_cache
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.hosts import allowed_host, allowed_origin
 from proxy.server.guard import refusal
+from proxy.setting_values import allowed_host, allowed_origin
 
 API_PREFIX = "/v1"
 # The model routes, and the wire each one's requests are logged and counted under.

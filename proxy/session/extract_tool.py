@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from proxy.artifacts import TextForm, text_of
+from proxy.content_text import TextForm, text_of
 from proxy.session.tool_output import EMPTY_OUTPUT, as_text, is_empty
 
 EXTRACT_TOOL_NAME = "extract_compacted_tool_result"

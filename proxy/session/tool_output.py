@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from proxy.artifacts import TextForm, text_of
+from proxy.content_text import TextForm, text_of
 
 EMPTY_OUTPUT = "[The tool returned no output.]"
 

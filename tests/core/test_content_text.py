@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from proxy.admin.view import VIEWER, content_text
-from proxy.artifacts import TEXT_AND_REFUSALS, TEXT_ONLY, TextForm, text_of
+from proxy.content_text import TEXT_AND_REFUSALS, TEXT_ONLY, TextForm, text_of
 from proxy.conversation_message import DISPLAY, content_to_text
 from proxy.session.extract_tool import PLAIN
 from proxy.session.extract_tool import content_text as plain_text

@@ -24,7 +24,7 @@ PURE_MODULES = (
     "trail.py",
     "artifacts.py",
     "cache_compact.py",
-    "hosts.py",
+    "content_text.py",
     "setting_values.py",
     "upstream/providers.py",
 )

@@ -3,7 +3,7 @@
 Issue 26, item 1: with a key of the proxy's own, a `Host` that is not loopback (nor given
 with `--allowed-host`), a foreign `Origin`, or a model route's body that is not JSON is
 refused in the API's own error shape, and nothing reaches the upstream. Without a key,
-nothing changes. Item 9: the host names are parsed exactly (`proxy.hosts`), for these
+nothing changes. Item 9: the host names are parsed exactly (`proxy.setting_values`), for these
 checks and the key-less admin API alike. Real uvicorn, the official SDKs, the fake upstreams.
 """
 
@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.hosts import allowed_host, allowed_origin, host_name, normalise_names
+from proxy.setting_values import allowed_host, allowed_origin, host_name, normalise_names
 from tests.conftest import MakeProxy, OpenAIClientFactory, RunningProxy
 from tests.support.fake_messages import FakeMessages
 from tests.support.fake_upstream import FakeUpstream

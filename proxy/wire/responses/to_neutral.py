@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.artifacts import TEXT_AND_REFUSALS, text_of
+from proxy.content_text import TEXT_AND_REFUSALS, text_of
 from proxy.session.history import X_PROVIDER_COMPACTION, UnrecognisedHistory
 from proxy.wire.provider_compaction import COMPACTION
 
