@@ -114,6 +114,7 @@ class Pipeline(Protocol):
     client_body: dict[str, Any]
 
     async def post_summary(self, chat_body: dict[str, Any]) -> dict[str, Any]: ...
+    def summary_model(self) -> str | None: ...
     def threshold(self) -> int: ...
     def compaction_enabled(self) -> bool: ...
     def economics(self, *, force: bool = False) -> Economics | None: ...
@@ -277,11 +278,13 @@ class TurnAhead:
         )
 
     def _model(self, p: Pipeline) -> str:
-        return str(p.settings.summary_model or p.client_body.get("model") or "")
+        return str(p.summary_model() or p.client_body.get("model") or "")
 
     def _shares(self, p: Pipeline) -> bool:
+        """As the crossing turn's request would: the session's cached prefix repeated, unless
+        the summary goes to another model (or another upstream)."""
         shares = getattr(p.compactor, "summary_shares_prefix", False)
-        return bool(shares) and not p.settings.summary_model
+        return bool(shares) and not p.summary_model()
 
     def _job(self, p: Pipeline, rb: Rebuild) -> Job:
         """The summary request as the crossing turn would make it, over this turn's messages."""
