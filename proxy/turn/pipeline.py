@@ -41,7 +41,7 @@ from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
-from proxy.wire.base import JSON, Round, Usage, Wire
+from proxy.wire.base import JSON, Round, Usage, Wire, tools_block_chars
 from proxy.wire.chat.adapter import ChatWire
 from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
 from proxy.wire.summary import post_summary
@@ -239,24 +239,11 @@ class Pipeline:
             # The first compaction rewrites the tools block too when it is what adds the
             # proxy's tool (extract_tool = after_compaction).
             rewrites_all=not state.compacted and self.turn.defer_extract_tool,
-            fixed_chars=self.tools_chars(),
+            fixed_chars=tools_block_chars(self.wire, self.client_body),
             write_factor=writes[0],
             write_share=writes[1],
             cache_cold=self.cache_cold(),
         )
-
-    def tools_chars(self) -> int:
-        """Characters of the tools block a compaction leaves upstream: the client's tools
-        with the proxy's tool, which a compaction adds if it is not there yet."""
-        tools = self.wire.tools(self.client_body)
-        if not isinstance(tools, list):
-            return 0
-        if tools and not self.wire.defines_extract_tool(tools):
-            tools = self.wire.with_extract_tool(tools)
-        try:
-            return len(orjson.dumps(tools))
-        except TypeError:
-            return 0  # not JSON (the wire refuses it later): nothing to count
 
     def response_headers(self) -> dict[str, str]:
         """The last upstream round's end-to-end headers, ours added; x-request-id if absent."""

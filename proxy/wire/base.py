@@ -180,3 +180,17 @@ class Wire(Protocol):
     ) -> JSON:
         """An error body in this API's shape."""
         ...
+
+
+def tools_block_chars(wire: Wire, body: JSON) -> int:
+    """Characters of the tools block a compaction leaves upstream: the client's tools (in
+    `body`) with the proxy's extract tool, which a compaction adds if it is not there yet."""
+    tools = wire.tools(body)
+    if not isinstance(tools, list):
+        return 0
+    if tools and not wire.defines_extract_tool(tools):
+        tools = wire.with_extract_tool(tools)
+    try:
+        return len(orjson.dumps(tools))
+    except TypeError:
+        return 0  # not JSON (the wire refuses it later): nothing to count
