@@ -29,7 +29,15 @@ from typing import Any
 
 from proxy.content_text import TEXT_ONLY, text_of
 
-__all__ = ["call_paths", "command_paths", "constraints", "entries_of", "error_line", "exit_status"]
+__all__ = [
+    "call_paths",
+    "command_paths",
+    "constraints",
+    "entries_of",
+    "error_line",
+    "exit_status",
+    "forget",
+]
 
 MAX_TEXT = 200  # characters of one error or constraint line
 MAX_COMMAND = 120
@@ -361,3 +369,10 @@ def _result_facts(result: str) -> tuple[str | None, str | None]:
         old, _ = _remembered.popitem(last=False)
         _remembered_chars[0] -= len(old)
     return found
+
+
+def forget() -> None:
+    """Drop the remembered scans (kept only for speed): the idle reclaimer's release."""
+    _remembered.clear()
+    _remembered_chars[0] = 0
+    _remembered_calls.clear()

@@ -260,6 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) -> int:
     """Serve one process: the proxy alone, or one of `--workers` (`metrics` and `serving`,
     the socket and server class, are then the worker's)."""
+    from proxy import artifacts
     from proxy.server import allocator, lifecycle
     from proxy.server.app import create_app
     from proxy.turn.thinking_binder import WALKS
@@ -276,6 +277,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
             store.release_memory()
         app.state.neutral_reuse.clear()  # conversions kept only for speed
         WALKS.clear()  # and the thinking bindings' walks (proxy.turn.thinking_binder)
+        artifacts.forget()  # and the trail's remembered scans
 
     reclaimer = allocator.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),

@@ -26,8 +26,9 @@ And one for the cycle collector, which costs time rather than memory:
   first requests, the sessions' kept histories: 50,000 objects and 15-50 ms after a few
   thousand requests at 50 KB), runs after 100 passes of the middle generation instead of
   10, and once the proxy is idle the reclaimer runs it and freezes what survives
-  (`reclaim`), so that later passes under load go over what changed since (every tenth
-  idle pass also goes over what was frozen: a pass over everything takes 50-110 ms).
+  (`reclaim`), so that later passes under load go over what changed since. That idle pass
+  goes over everything, what was frozen before too (50-110 ms at idle): garbage frozen at
+  an earlier reclaim is freed there, not kept until some later pass.
 
 All are process-wide, so the serving process owns them: `proxy.cli` calls `tune_allocator`
 and `tune_collector` and hands an `IdleReclaimer` to the server, whose loop ticks it
@@ -93,24 +94,17 @@ def trim() -> bool:
     return bool(libc is not None and libc.malloc_trim(0))
 
 
-# Every this many idle reclaims, the pass goes over the frozen objects too (50-110 ms here,
-# against a few ms for the others): a cycle among objects frozen at an earlier reclaim (a
-# closed connection's protocol and transport) is freed then.
-FULL_RECLAIM_EVERY = 10
-_reclaims = [0]
-
-
 def reclaim(release: Callable[[], None] | None = None) -> None:
     """What the reclaimer runs once the proxy is idle: `release` (caches that hold memory
-    only for speed let it go: the store's, see `Store.release_memory`), a full collection,
-    the survivors frozen (in a process that froze its start-up: later passes under load skip
-    them), then the trim. Every `FULL_RECLAIM_EVERY`th time the collection also goes over
-    what was frozen before."""
+    only for speed let it go: the store's, see `Store.release_memory`), a full collection
+    over everything, frozen objects included (a cycle among objects frozen at an earlier
+    reclaim, a closed connection's protocol and transport, is freed), the survivors frozen
+    again (in a process that froze its start-up: later passes under load skip them), then
+    the trim."""
     if release is not None:
         release()
     frozen = gc.get_freeze_count() > 0  # a serving process (`tune_collector`)
-    _reclaims[0] += 1
-    if frozen and _reclaims[0] % FULL_RECLAIM_EVERY == 0:
+    if frozen:
         gc.unfreeze()
     gc.collect()
     if frozen:

@@ -443,3 +443,9 @@ def test_long_tool_results_scanned_once_give_what_scanning_gives(
     ]
     assert artifacts._remembered_chars[0] <= 12_000
     assert "short: Exit code: 2" not in artifacts._remembered  # short: scanned each time
+    # The idle reclaimer lets the remembered scans go; the next read scans again, the same.
+    assert artifacts._remembered and artifacts._remembered_calls
+    artifacts.forget()
+    assert not artifacts._remembered and not artifacts._remembered_calls
+    assert artifacts._remembered_chars[0] == 0
+    assert artifacts.entries_of(span) == first
