@@ -4,8 +4,9 @@
 
 Each access line carries the time, status, API (the wire of a model route, else the method
 of another route), model, session (its id's first 12 characters), compaction (`shadow:...` for a
-shadowed request), the prompt tokens sent as billed, the tokens saved (the turn's estimate
-before minus after its compaction, `-` when nothing was compacted) and the milliseconds.
+shadowed request), the prompt tokens sent as billed, the tokens saved (net, as the savings
+report counts them: what the client's request would have been billed direct less what was
+billed, projected for a shadowed request; `-` when unknown) and the milliseconds.
 Other records read `time level logger: message key=value ...`. The fields go through the
 same redaction as the JSON lines (`proxy.server.logging.redact`); colour (ANSI) only when
 asked for, which the CLI does for a terminal that allows it (`proxy.settings.colour_allowed`).
@@ -35,7 +36,14 @@ def _number(value: Any) -> str:
 
 
 def saved_tokens(fields: Mapping[str, Any]) -> int | None:
-    """The turn's estimated tokens before minus after its compaction, when both are known."""
+    """The request's net saving as the savings report counts it (`proxy.turn.savings`: the
+    direct estimate less every prompt token billed, projected for a shadowed request); else
+    the turn's estimated tokens before minus after its compaction, when both are known."""
+    savings = fields.get("savings")
+    if isinstance(savings, Mapping):
+        saved = savings.get("projected_saved" if savings.get("shadow") else "saved")
+        if isinstance(saved, int) and not isinstance(saved, bool):
+            return saved
     before, after = fields.get("tokens_before"), fields.get("tokens_after")
     if isinstance(before, int) and isinstance(after, int):
         return before - after
