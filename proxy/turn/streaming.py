@@ -6,6 +6,7 @@ calls; the pipeline answers them and asks upstream again, and the client sees on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -51,7 +52,6 @@ async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIt
         while True:
             async for out in _relay_round(p, resp, relay):
                 yield out
-            await resp.aclose()
             rnd = relay.end_round()
             p.note_first(rnd)
             last_usage = rnd.usage or last_usage
@@ -60,6 +60,7 @@ async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIt
                 results = p.extract_results(extract)
                 if rnd.only_extract and p.rounds_left(rounds):
                     rounds += 1
+                    await drain(resp)
                     p.continuations.append((rnd, results))
                     body = p.current_body()  # as compacted, if a refusal escalated
                     next_resp, error = await p.open_checked(body)
@@ -77,11 +78,28 @@ async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIt
         await p.finish(last_usage)
         for out in relay.finish(hidden_last=hidden_last):
             yield out
+        await drain(resp)
     except ProxyError as exc:
         log.warning("upstream failed mid-stream: %s", type(exc).__name__)
         yield relay.error(None, type(exc).__name__)
     finally:
         await resp.aclose()
+
+
+DRAIN_S = 2.0  # how long the body's end may lag the round's last event, the client answered
+
+
+async def drain(resp: UpstreamResponse) -> None:
+    """Read what is left of a round's body after its last event (nothing, or the end of the
+    chunked body), so the connection stays reusable; a body that does not end soon, or
+    fails, is closed instead (the client's answer is already whole)."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in resp.aiter_raw():
+                pass
+    except (TimeoutError, ProxyError):
+        pass
+    await resp.aclose()
 
 
 NOT_A_STREAM = "The upstream API answered 200 with neither an event stream nor JSON."
@@ -111,11 +129,16 @@ async def _relay_round(
         return
     decoder = SSEDecoder()
     timing: dict[str, Any] = {}
+    ends_at_done = getattr(relay, "ends_at_done", False)
     try:
         async for raw in timed_chunks(resp, timing):
+            done = False
             for event in decoder.feed(raw):
+                done = done or (ends_at_done and event.is_done)
                 for out in relay.feed(event.event, event.data, event.raw):
                     yield out
+            if done:
+                return  # the round is whole; `drain` reads the body's end after the answer
     finally:
         p.upstream_ms += timing.get("upstream_ms", 0.0)
     for event in decoder.flush():

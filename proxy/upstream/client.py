@@ -86,10 +86,14 @@ class UpstreamResponse:
         self.status_code = response.status
         self.headers = httpx.Headers(response.headers)
         self._response = response
+        self._raw: AsyncIterator[bytes] | None = None
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; transport failures become `UpstreamError`s."""
-        return self._chunks()
+        """The body as it arrives; transport failures become `UpstreamError`s. One iterator
+        for the response: a reader that stopped early can hand the rest to another."""
+        if self._raw is None:
+            self._raw = self._chunks()
+        return self._raw
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         stream = self._response.stream

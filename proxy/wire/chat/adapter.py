@@ -65,6 +65,10 @@ def accept_body(body: JSON) -> JSON:
 class ChatRelay:
     """A streamed chat completion spanning one or more upstream rounds."""
 
+    # `data: [DONE]` ends the upstream's round: the relay need not wait for the body's end
+    # (an upstream may send that end later) before it answers the round.
+    ends_at_done = True
+
     def __init__(self, wants_usage: bool) -> None:
         self.wants_usage = wants_usage
         self.chunk_id: str | None = None
