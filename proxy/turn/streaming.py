@@ -129,15 +129,12 @@ async def _relay_round(
         return
     decoder = SSEDecoder()
     timing: dict[str, Any] = {}
-    ends_at_done = getattr(relay, "ends_at_done", False)
     try:
         async for raw in timed_chunks(resp, timing):
-            done = False
             for event in decoder.feed(raw):
-                done = done or (ends_at_done and event.is_done)
                 for out in relay.feed(event.event, event.data, event.raw):
                     yield out
-            if done:
+            if getattr(relay, "round_done", False):
                 return  # the round is whole; `drain` reads the body's end after the answer
     finally:
         p.upstream_ms += timing.get("upstream_ms", 0.0)

@@ -1,4 +1,5 @@
-"""A streamed chat round ends at the upstream's `data: [DONE]`, not at its body's end."""
+"""A streamed chat round ends at its last chunk (the usage the proxy asks for, or `data:
+[DONE]`), not at the end of the upstream's body: the client's [DONE] does not wait for it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import threading
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.reliability.rawupstream import chunk, sse
 from tests.support.fake_upstream import FakeUpstream, Reply
@@ -13,18 +15,25 @@ from tests.support.fake_upstream import FakeUpstream, Reply
 HEADERS = {"X-Session-Id": "stream-end-1", "Authorization": "Bearer sk-stream-end"}
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 ROLE = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-WHOLE = b"".join(
+USAGE = {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}
+ANSWER = b"".join(
     [
         sse(chunk("") | {"choices": [ROLE]}),
         sse(chunk("Hello")),
         sse(chunk(" there")),
         sse(chunk("", finish="stop")),
-        b"data: [DONE]\n\n",
     ]
 )
+DONE = b"data: [DONE]\n\n"
+# The upstream holds its body open after the first part until the test releases it.
+STREAMS = {
+    "done": [ANSWER + DONE],
+    "usage": [ANSWER + sse(chunk("") | {"choices": [], "usage": USAGE}), DONE],
+}
 
 
 async def _read(client: httpx.AsyncClient, url: str, release: threading.Event) -> bytes:
+    """The whole stream; the upstream is released once the client has read [DONE]."""
     async with client.stream("POST", url, json=BODY, headers=HEADERS) as resp:
         assert resp.status_code == 200
         received = b""
@@ -37,14 +46,14 @@ async def _read(client: httpx.AsyncClient, url: str, release: threading.Event) -
     return received
 
 
+@pytest.mark.parametrize("last", sorted(STREAMS))
 async def test_done_is_sent_while_the_upstream_body_is_still_open(
-    fake_upstream: FakeUpstream, make_proxy: Any
+    fake_upstream: FakeUpstream, make_proxy: Any, last: str
 ) -> None:
     proxy = make_proxy()
     url = proxy.base_url + "/chat/completions"
     release = threading.Event()
-    # Every event of the answer, [DONE] last, then the body stays open until released.
-    fake_upstream.push(Reply(raw_stream=[WHOLE], hold=release))
+    fake_upstream.push(Reply(raw_stream=STREAMS[last], hold=release))
     async with httpx.AsyncClient(timeout=10) as client:
         async with client.stream("POST", url, json=BODY, headers=HEADERS) as resp:
             received = b""
@@ -62,7 +71,7 @@ async def test_done_is_sent_while_the_upstream_body_is_still_open(
 
         # The session's next turn streams as well, after the first one's body was read out.
         again = threading.Event()
-        fake_upstream.push(Reply(raw_stream=[WHOLE], hold=again))
+        fake_upstream.push(Reply(raw_stream=STREAMS[last], hold=again))
         second = await _read(client, url, again)
     assert second.endswith(b"data: [DONE]\n\n") and b'" there"' in second
     assert len(fake_upstream.chat_requests) == 2

@@ -65,10 +65,6 @@ def accept_body(body: JSON) -> JSON:
 class ChatRelay:
     """A streamed chat completion spanning one or more upstream rounds."""
 
-    # `data: [DONE]` ends the upstream's round: the relay need not wait for the body's end
-    # (an upstream may send that end later) before it answers the round.
-    ends_at_done = True
-
     def __init__(self, wants_usage: bool) -> None:
         self.wants_usage = wants_usage
         self.chunk_id: str | None = None
@@ -79,6 +75,12 @@ class ChatRelay:
     def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
         out = relay_event(data, raw, self.rnd)
         return [out] if out else []
+
+    @property
+    def round_done(self) -> bool:
+        """The upstream's round is whole (its usage or [DONE] came): the relay answers it
+        without waiting for the rest of the body (an upstream may end it later)."""
+        return self.rnd.complete
 
     def whole(self, raw: bytes) -> list[bytes]:
         """A whole completion sent as the answer to a stream request: one chunk."""

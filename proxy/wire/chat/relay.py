@@ -53,6 +53,9 @@ class StreamRound:
     _extract_calls: int = 0
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    # The round's last chunk came: [DONE], or the usage-only chunk after the finish reason
+    # (which OpenAI sends last, before [DONE]).
+    complete: bool = False
 
     @property
     def only_extract(self) -> bool:
@@ -108,6 +111,8 @@ class StreamRound:
             self.chunk_id = chunk.get("id")
         choices = chunk.get("choices")
         if not choices:
+            if isinstance(chunk.get("usage"), dict) and self.finish_reason is not None:
+                self.complete = True
             return None  # the usage-only chunk: the caller sends one at the very end
         out = dict(chunk)
         if self.chunk_id:
@@ -161,6 +166,7 @@ def relay_event(data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
     if data is None:
         return raw  # comments and keep-alives pass through
     if data.strip() == "[DONE]":
+        rnd.complete = True
         return None  # sent once, at the very end
     try:
         chunk = orjson.loads(data)
