@@ -18,7 +18,7 @@ process writing it, so a restart loses it and nothing half-written is used.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,6 +39,9 @@ class Prepared:
     # The prefix hash of a request that began with the covered messages (`vouch`): a later
     # request that continues that one is checked without hashing its history again.
     verified: str = ""
+    # What the summary request was billed: prompt, cached, written, output tokens (the turn
+    # that uses it counts them in its savings).
+    billed: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +60,7 @@ class Prepared:
                 at=float(data["at"]),
                 seconds=float(data.get("seconds") or 0.0),
                 verified=str(data.get("verified") or ""),
+                billed=[int(n) for n in data.get("billed") or []][:4],
             )
         except (KeyError, TypeError, ValueError):
             return None

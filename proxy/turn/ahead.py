@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from time import monotonic
 from typing import Any, Protocol
 
@@ -52,6 +52,8 @@ from proxy.session.turn_log import decode
 from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
 from proxy.turn.lease import LEASE_TTL_S
 from proxy.turn.saving import parse_state
+from proxy.turn.savings import Measure
+from proxy.wire.base import Usage
 
 log = logging.getLogger("proxy.ahead")
 
@@ -118,7 +120,9 @@ class Pipeline(Protocol):
     settings: Any
     client_body: dict[str, Any]
 
-    async def post_summary(self, chat_body: dict[str, Any]) -> dict[str, Any]: ...
+    async def post_summary(
+        self, chat_body: dict[str, Any], bill: Callable[[Usage | None], None] | None = None
+    ) -> dict[str, Any]: ...
     def summary_model(self) -> str | None: ...
     def threshold(self) -> int: ...
     def compaction_enabled(self) -> bool: ...
@@ -135,6 +139,7 @@ class Job:
     request: list[dict[str, Any]]  # the conversation to summarise when not sent as cached
     prepared: Prepared  # the record to store, its summary still empty
     tasks: AheadTasks
+    bills: list[Usage | None] = field(default_factory=list)  # what its requests were billed
 
     def count(self, outcome: str) -> None:
         self.tasks.count(outcome)
@@ -164,6 +169,7 @@ class TurnAhead:
         self.events: list[str] = []
         self.summarizer: AheadSummarizer | None = None
         self.length_before = 0
+        self.bill: list[int] = []  # what the summary this turn used was billed
 
     @classmethod
     def of(cls, app_state: Any) -> TurnAhead | None:
@@ -226,6 +232,7 @@ class TurnAhead:
             rb.state.ahead = None
             if prepared is not None:
                 rb.state.ahead_seconds = prepared.seconds
+                self.bill = prepared.billed  # counted in this turn's savings (`bill_used`)
             self.note("used")
             return False
         if wrapper.deferred:
@@ -297,8 +304,9 @@ class TurnAhead:
         """The summary request as the crossing turn would make it, over this turn's messages."""
         turn = p.turn
         shared = self._shares(p)
+        bills: list[Usage | None] = []
         summarizer = Summarizer(
-            post=p.post_summary,
+            post=lambda body: p.post_summary(body, bills.append),
             model=self._model(p),
             tools=turn.upstream_tools() if shared else turn.summary_tools(),
             prefix=rb.upstream_messages() if shared else None,  # as sent: read from the cache
@@ -311,7 +319,7 @@ class TurnAhead:
         request += [m.completion_param() for m in conv.messages if not isinstance(m, SystemPrompt)]
         covers = len(rb.messages)
         prepared = Prepared("", covers, rb.chain.prefix(covers), base_of(rb.state), 0.0)
-        return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks)
+        return Job(turn.key, turn.store, summarizer, request, prepared, self.tasks, bills)
 
 
 def fields(ahead: TurnAhead | None, cache_cold: bool) -> dict[str, Any]:
@@ -322,6 +330,14 @@ def fields(ahead: TurnAhead | None, cache_cold: bool) -> dict[str, Any]:
         **({"cache_cold": True} if cache_cold else {}),
         **({} if record is None else {"summary_ahead": record}),
     }
+
+
+def bill_used(ahead: TurnAhead | None, measure: Measure) -> None:
+    """What the summary written ahead that this turn used was billed joins its savings, once."""
+    if ahead is not None and len(ahead.bill) == 4:
+        prompt, cached, written, output = ahead.bill
+        measure.summary(Usage(prompt=prompt, cached=cached, written=written, output=output))
+        ahead.bill = []
 
 
 def after_turn(p: Pipeline) -> None:
@@ -394,7 +410,11 @@ async def prepare(job: Job) -> None:
             return
         took = monotonic() - started
         job.tasks.seconds[job.summarizer.model] = took
-        done = replace(job.prepared, summary=summary, at=time.time(), seconds=took)
+        spent = [
+            sum(getattr(u, name) or 0 for u in job.bills if u is not None)
+            for name in ("prompt", "cached", "written", "output")
+        ]
+        done = replace(job.prepared, summary=summary, at=time.time(), seconds=took, billed=spent)
         job.count("ready" if await publish(job.store, job.key, done) else "unused")
     finally:
         renewer.cancel()

@@ -14,6 +14,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -44,7 +45,7 @@ from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire, tools_block_chars
 from proxy.wire.chat.adapter import ChatWire
 from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
-from proxy.wire.summary import post_summary
+from proxy.wire.summary import billed, post_summary
 
 log = logging.getLogger("proxy.pipeline")
 
@@ -128,36 +129,32 @@ class Pipeline:
             return False
         return bool(self.settings.auto_compact_enabled)
 
-    async def post_summary(self, chat_body: JSON) -> JSON:
+    async def post_summary(
+        self, chat_body: JSON, bill: Callable[[Usage | None], None] | None = None
+    ) -> JSON:
         """A summary request, made in the session's own API (or in Chat Completions to the
-        summary upstream, when one is set)."""
+        summary upstream, when one is set); what it was billed goes to `bill` (a summary
+        written ahead keeps it for the turn that uses it), else to this turn's savings."""
         started = time.perf_counter()
+        note = bill or self.measure.summary
         elsewhere = getattr(self.request.app.state, "summary_upstream", None)
-        if elsewhere is not None:
-            try:
-                return await post_summary_elsewhere(
-                    elsewhere, self.settings, chat_body, on_reply=self.billed_in_chat
-                )
-            finally:
-                self.upstream_ms += (time.perf_counter() - started) * 1000
-        summary = self.binder.bind(self.wire.summary_body(self.client_body, chat_body), own=False)
         try:
+            if elsewhere is not None:
+                return await post_summary_elsewhere(
+                    elsewhere, self.settings, chat_body, on_reply=billed(ChatWire(), note)
+                )
+            summary = self.binder.bind(
+                self.wire.summary_body(self.client_body, chat_body), own=False
+            )
             return await post_summary(
-                self.wire, self.upstream.post_json, summary, self.headers, on_reply=self.billed
+                self.wire,
+                self.upstream.post_json,
+                summary,
+                self.headers,
+                on_reply=billed(self.wire, note),
             )
         finally:
             self.upstream_ms += (time.perf_counter() - started) * 1000
-
-    def billed(self, reply: JSON, wire: Wire | None = None) -> None:
-        """Note what a summary request was billed (its reply, read as the summary)."""
-        try:
-            self.measure.summary((wire or self.wire).reply_round(reply).usage)
-        except ProxyError:  # a reply the summary read but no round: billed unknown
-            self.measure.summary(None)
-
-    def billed_in_chat(self, reply: JSON) -> None:
-        """`billed` for a summary upstream's reply, which is always Chat Completions'."""
-        self.billed(reply, ChatWire())
 
     async def prepare(
         self,
@@ -433,6 +430,7 @@ class Pipeline:
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
             if usage is not None:
+                ahead.bill_used(self.turn.ahead, self.measure)
                 saved = self.measure.record(
                     rb, self.wire, self.client_body, injected=self.turn.injected, sent=sent
                 )

@@ -16,6 +16,7 @@ requests were billed against their estimate).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -91,7 +92,9 @@ class ShadowPipeline(Pipeline):
         self.stand_ins = 0
         self.projected: int | None = None
 
-    async def post_summary(self, chat_body: JSON) -> JSON:
+    async def post_summary(
+        self, chat_body: JSON, bill: Callable[[Usage | None], None] | None = None
+    ) -> JSON:
         """No summary request goes upstream in shadow mode: a stand-in of a summary's size."""
         self.stand_ins += 1
         message = {"role": "assistant", "content": stand_in_summary()}

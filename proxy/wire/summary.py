@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from proxy.errors import ContextLengthExceeded, UpstreamError
-from proxy.wire.base import JSON, Wire
+from proxy.errors import ContextLengthExceeded, ProxyError, UpstreamError
+from proxy.wire.base import JSON, Usage, Wire
 from proxy.wire.refusal import is_length_refusal
 
 PostJson = Callable[[str, JSON, Mapping[str, str]], Awaitable[tuple[int, Any, Any]]]
@@ -48,3 +48,17 @@ async def post_summary(
         message = error.get("message") if isinstance(error, dict) else None
         failures.append(f"upstream answered {status}: {message or 'no message'}")
     raise UpstreamError(f"summary request failed with status {status}")
+
+
+def billed(wire: Wire, note: Callable[[Usage | None], None]) -> Callable[[JSON], None]:
+    """An `on_reply` for `post_summary`: what the reply was billed, read in `wire`, handed
+    to `note` (None: a reply the summary read but no round, billed unknown)."""
+
+    def read(reply: JSON) -> None:
+        try:
+            usage = wire.reply_round(reply).usage
+        except ProxyError:
+            usage = None
+        note(usage)
+
+    return read

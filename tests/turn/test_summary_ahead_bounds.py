@@ -231,3 +231,22 @@ def test_shadow_mode_writes_no_summary_ahead(
     assert "summary" in compactions, compactions
     assert not any(is_summary_request(r.json) for r in fake_upstream.chat_requests)
     assert ahead(proxy, "waiting") == 0 and ahead(proxy, "started") == 0
+
+
+def test_a_summary_written_ahead_is_billed_to_the_turn_that_uses_it(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, openai_client: OpenAIClientFactory
+) -> None:
+    """Its request is made after one turn ended and before the turn that applies it: what the
+    upstream billed for it joins that turn's savings (and so `/admin/savings`), once."""
+    fake_upstream.default = model = Model(delay=1.2)
+    proxy = make_proxy(**SETTINGS)
+    agent = Agent(openai_client(proxy, session="billed-ahead"))
+    while ahead(proxy, "used") < 1:
+        assert len(agent.latencies) < 40, agent.compactions
+        agent.step()
+        time.sleep(0.3)
+    summaries = [r.json for r in fake_upstream.chat_requests if is_summary_request(r.json)]
+    assert len(summaries) == len(model.summaries) == 1  # one written, the one used
+    proxy.settle()
+    totals = httpx.get(proxy.url + "/admin/savings").json()["totals"]
+    assert totals["summary_prompt_tokens"] == fake_upstream.prompt_tokens(summaries[0]) > 0
