@@ -38,7 +38,8 @@ SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
 
 class Tap(Protocol):
     """Watches a passed-through answer go by, unchanged (shadow mode reads its usage).
-    `feed` and `end` never raise; `close` runs once the answer is out."""
+    `feed` and `end` never raise; `close` runs once: before the answer's last bytes go out
+    when it came whole, else once the relay ends."""
 
     def feed(self, chunk: bytes) -> None: ...
     def end(self) -> None:
@@ -101,13 +102,23 @@ def _has_body(request: Request) -> bool:
 async def _relay_body(
     response: UpstreamResponse, timing: dict[str, Any], path: str, tap: Tap | None = None
 ) -> AsyncIterator[bytes]:
+    held = b""  # with a tap, the last chunk waits until the tap has finished with the answer
     try:
         async for chunk in timed_chunks(response, timing):
-            if tap is not None:
-                tap.feed(chunk)
-            yield chunk
+            if tap is None:
+                yield chunk
+                continue
+            tap.feed(chunk)
+            if held:
+                yield held
+            held = chunk
         if tap is not None:
             tap.end()
+            # Finished (a shadow turn recorded, its save queued) before the client has the
+            # answer's end: a client sends its next request as soon as it has read it.
+            await tap.close()
+            if held:
+                yield held
     except ProxyError as error:  # the upstream failed mid-body
         await response.aclose()
         if response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -129,7 +140,8 @@ def relay(
 
     Time spent waiting on the upstream's body is added to `timing["upstream_ms"]`; `path` is
     the client's, for the shape of an error that ends a broken stream. `tap` sees the body go
-    by and is closed after the upstream response.
+    by; it is closed before the last bytes go out, or after the upstream response when the
+    body is cut short.
     """
     background: BackgroundTask = BackgroundTask(response.aclose)
     if tap is not None:  # closed after the upstream response

@@ -176,6 +176,7 @@ class ShadowTap:
         self.body = bytearray()
         self.complete = False
         self.broken = not self.ok
+        self.closed = False
 
     def feed(self, chunk: bytes) -> None:
         if self.broken:
@@ -214,6 +215,9 @@ class ShadowTap:
             return None
 
     async def close(self) -> None:
+        if self.closed:  # the relay closes it at the body's end, its background task again
+            return
+        self.closed = True
         try:
             if self.ok and self.complete:
                 await self.pipeline.finish(self.usage())
