@@ -15,7 +15,17 @@ included, raw and billed with the repeated prefix cached at 0.1x. Two sessions r
 the other on each proxy: from the second on, the proxy knows how long a summary takes, and
 starts it as many turns ahead.
 
+`--real-model`: the same comparison against llama.cpp's server with Gemma 3 270M (a 768-token
+window; `./scripts/real-model` installs it) instead of the fake upstream: the tool session of
+`tests.bench.real_model` (a file read, then a comment on it, `--pause` seconds of tool work
+between turns; threshold 470), one session per proxy, each mode in turn. The model answers
+one request at a time, so a summary written in the background holds up whatever turn comes
+while it runs. Reported per mode: the median turn without a summary, the turns that applied
+one, the slowest turn, the summary requests made and how long each took, the turns that
+waited for one (went up without), and the prompt tokens the model counted.
+
     python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
+    python -m tests.bench.summary_ahead --real-model [--turns 25] [--pause 0.4] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -34,12 +44,15 @@ import httpx
 import openai
 
 from proxy.server.app import create_app
+from tests.bench.real_model import Session, model_server, run_session
 from tests.conftest import proxy_settings
 from tests.support.agent import SYSTEM, TOOLS, is_summary_request
 from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.support.servers import UvicornThread
 
 RESULTS = Path(__file__).resolve().parent / "results" / "summary_ahead.json"
+REAL_RESULTS = RESULTS.with_name("summary_ahead_real.json")
+N_CTX, THRESHOLD = 768, 470  # the real model's window, and the threshold a user sets for it
 PAUSE = 0.4
 SUMMARY_ID = re.compile(r"SUMMARY-\d+")
 
@@ -195,15 +208,96 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run_real(url: str, mode: str, turns: int, pause: float) -> dict[str, Any]:
+    """One real-model session through a fresh proxy with summary_ahead = `mode`."""
+    session = run_session(
+        url,
+        compactor="cache-aware",
+        n_ctx=N_CTX,
+        threshold=THRESHOLD,
+        turns=turns,
+        summary_ahead=mode == "on",
+        pause=pause,
+    )
+    return {"mode": mode, "turns": turns, "pause_s": pause, **measure_real(session)}
+
+
+def measure_real(session: Session) -> dict[str, Any]:
+    answered = [t for t in session.turns[1:] if t.status == 200]
+    ordinary = [t.seconds for t in answered if t.compaction != "summary"]
+    crossing = [t.seconds for t in answered if t.compaction == "summary"]
+    median = statistics.median(ordinary)
+    summaries = [e.seconds for e in session.exchanges if e.kind == "summary"]
+    return {
+        "ordinary_median_ms": round(median * 1000),
+        "crossing_ms": [round(t * 1000) for t in crossing],
+        "crossing_ratio": [round(t / median, 1) for t in crossing],
+        "slowest_ms": round(max(t.seconds for t in session.turns[1:]) * 1000),
+        "over_2x_ordinary": sum(1 for t in answered if t.seconds > 2 * median),
+        "refused": sum(1 for t in session.turns if t.status != 200),
+        "summary_s": [round(s, 1) for s in summaries],
+        "waiting_turns": ahead(session.metrics, "waiting"),
+        "unused": ahead(session.metrics, "unused"),
+        "prompt_tokens_counted": sum(e.counted or 0 for e in session.exchanges if e.status == 200),
+        "total_s": round(sum(t.seconds for t in session.turns), 1),
+    }
+
+
+def real_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| summary ahead | ordinary turn (median) | turns applying a summary | ratio "
+        "| slowest turn | turns > 2x ordinary | summaries written (s each) | turns waiting "
+        "for one | refused | prompt tokens counted | all turns |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for r in rows:
+        crossing = ", ".join(f"{ms / 1000:.1f} s" for ms in r["crossing_ms"]) or "-"
+        ratio = ", ".join(f"{x:g}x" for x in r["crossing_ratio"]) or "-"
+        lines.append(
+            f"| {r['mode']} | {r['ordinary_median_ms'] / 1000:.1f} s | {crossing} | {ratio} "
+            f"| {r['slowest_ms'] / 1000:.1f} s | {r['over_2x_ordinary']} "
+            f"| {len(r['summary_s'])} ({', '.join(f'{s:g}' for s in r['summary_s'])}) "
+            f"| {r['waiting_turns']} | {r['refused']} | {r['prompt_tokens_counted']} "
+            f"| {r['total_s']:.0f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main_real(args: argparse.Namespace, run_info: dict[str, Any]) -> int:
+    with model_server(N_CTX) as server:
+        rows = [
+            run_real(server.url, mode, args.turns, args.pause)
+            for _ in range(args.repeat)
+            for mode in ("off", "on")
+        ]
+    REAL_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    info = {**run_info, "n_ctx": N_CTX, "threshold": THRESHOLD}
+    REAL_RESULTS.write_text(json.dumps({**info, "runs": rows}, indent=2) + "\n")
+    print(real_table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=44)
+    parser.add_argument("--turns", type=int, help="44; 25 with --real-model")
     parser.add_argument("--delay", type=float, default=2.5)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=2)
+    parser.add_argument("--real-model", action="store_true", help="llama.cpp, not the fake")
+    parser.add_argument("--pause", type=float, default=PAUSE, help="tool work (--real-model)")
     args = parser.parse_args(argv)
+    args.turns = args.turns or (25 if args.real_model else 44)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load = os.getloadavg()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    run_info = {
+        "commit": head.stdout.strip(),
+        "started": started,
+        "load_average": [round(x, 2) for x in load],
+    }
+    if args.real_model:
+        return main_real(args, run_info)
     rows = [
         row
         for _ in range(args.repeat)
@@ -211,13 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in run(mode, args.turns, args.delay, args.sessions)
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    run_info = {
-        "commit": head.stdout.strip(),
-        "started": started,
-        "load_average": [round(x, 2) for x in load],
-        "delay_s": args.delay,
-    }
+    run_info["delay_s"] = args.delay
     RESULTS.write_text(json.dumps({**run_info, "runs": rows}, indent=2) + "\n")
     print(table(rows))
     return 0
