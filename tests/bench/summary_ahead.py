@@ -18,14 +18,15 @@ starts it as many turns ahead.
 `--real-model`: the same comparison against llama.cpp's server with Gemma 3 270M (a 768-token
 window; `./scripts/real-model` installs it) instead of the fake upstream: the tool session of
 `tests.bench.real_model` (a file read, then a comment on it, `--pause` seconds of tool work
-between turns; threshold 470), one session per proxy, each mode in turn. The model answers
+between turns; threshold 470; 32 turns: the first summary falls due near turn 23), one
+session per proxy, each mode in turn. The model answers
 one request at a time, so a summary written in the background holds up whatever turn comes
 while it runs. Reported per mode: the median turn without a summary, the turns that applied
 one, the slowest turn, the summary requests made and how long each took, the turns that
 waited for one (went up without), and the prompt tokens the model counted.
 
     python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
-    python -m tests.bench.summary_ahead --real-model [--turns 25] [--pause 0.4] [--repeat 1]
+    python -m tests.bench.summary_ahead --real-model [--turns 32] [--pause 0.4] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -280,14 +281,14 @@ def main_real(args: argparse.Namespace, run_info: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, help="44; 25 with --real-model")
+    parser.add_argument("--turns", type=int, help="44; 32 with --real-model")
     parser.add_argument("--delay", type=float, default=2.5)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--real-model", action="store_true", help="llama.cpp, not the fake")
     parser.add_argument("--pause", type=float, default=PAUSE, help="tool work (--real-model)")
     args = parser.parse_args(argv)
-    args.turns = args.turns or (25 if args.real_model else 44)
+    args.turns = args.turns or (32 if args.real_model else 44)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load = os.getloadavg()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
