@@ -19,11 +19,11 @@ starts it as many turns ahead.
 window; `./scripts/real-model` installs it) instead of the fake upstream: the tool session of
 `tests.bench.real_model` (a file read, then a comment on it, `--pause` seconds of tool work
 between turns; threshold 470; 32 turns: the first summary falls due near turn 23), one
-session per proxy, each mode in turn. The model answers
-one request at a time, so a summary written in the background holds up whatever turn comes
-while it runs. Reported per mode: the median turn without a summary, the turns that applied
-one, the slowest turn, the summary requests made and how long each took, the turns that
-waited for one (went up without), and the prompt tokens the model counted.
+session per proxy, each mode in turn. The model answers one request at a time, so a
+summary written in the background holds up whatever turn comes while it runs. Reported per
+mode: the median turn without a summary, the turns that applied one, the slowest turn, the
+summary requests made and how long each took, the turns that waited for one (went up
+without), and the prompt tokens the model counted.
 
     python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
     python -m tests.bench.summary_ahead --real-model [--turns 32] [--pause 0.4] [--repeat 1]
