@@ -15,18 +15,21 @@ included, raw and billed with the repeated prefix cached at 0.1x. Two sessions r
 the other on each proxy: from the second on, the proxy knows how long a summary takes, and
 starts it as many turns ahead.
 
-`--real-model`: the same comparison against llama.cpp's server with Gemma 3 270M (a 768-token
-window; `./scripts/real-model` installs it) instead of the fake upstream: the tool session of
+`--real-model`: the same comparison against llama.cpp's server with Gemma 3 270M
+(`./scripts/real-model` installs it) instead of the fake upstream: the tool session of
 `tests.bench.real_model` (a file read, then a comment on it, `--pause` seconds of tool work
-between turns; threshold 470; 32 turns: the first summary falls due near turn 23), one
-session per proxy, each mode in turn. The model answers one request at a time, so a
-summary written in the background holds up whatever turn comes while it runs. Reported per
-mode: the median turn without a summary, the turns that applied one, the slowest turn, the
-summary requests made and how long each took, the turns that waited for one (went up
-without), and the prompt tokens the model counted.
+between turns; threshold 470), one session per proxy, each mode in turn. In a 768-token
+window the session overflows the window (about turn 20) before the strategy would summarise:
+the refused request is summarised and retried inside that turn in both modes. With the
+default `--n-ctx 2048` the threshold decides, the first summary falling due near turn 23 (36
+turns). The model answers one request at a time, so a summary written in the background
+holds up whatever turn comes while it runs. Reported per mode: the median turn without a
+summary, the turns that applied one, the slowest turn, the summary requests made and how
+long each took, the turns that waited for one (went up without), the prompt tokens the
+model counted; each turn in the results file.
 
     python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
-    python -m tests.bench.summary_ahead --real-model [--turns 32] [--pause 0.4] [--repeat 1]
+    python -m tests.bench.summary_ahead --real-model [--turns 36] [--pause 0.4] [--n-ctx 2048]
 """
 
 from __future__ import annotations
@@ -52,8 +55,7 @@ from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.support.servers import UvicornThread
 
 RESULTS = Path(__file__).resolve().parent / "results" / "summary_ahead.json"
-REAL_RESULTS = RESULTS.with_name("summary_ahead_real.json")
-N_CTX, THRESHOLD = 768, 470  # the real model's window, and the threshold a user sets for it
+THRESHOLD = 470  # what a user sets for the real model's 768-token window
 PAUSE = 0.4
 SUMMARY_ID = re.compile(r"SUMMARY-\d+")
 
@@ -209,12 +211,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_real(url: str, mode: str, turns: int, pause: float) -> dict[str, Any]:
+def run_real(url: str, mode: str, turns: int, pause: float, n_ctx: int) -> dict[str, Any]:
     """One real-model session through a fresh proxy with summary_ahead = `mode`."""
     session = run_session(
         url,
         compactor="cache-aware",
-        n_ctx=N_CTX,
+        n_ctx=n_ctx,
         threshold=THRESHOLD,
         turns=turns,
         summary_ahead=mode == "on",
@@ -241,6 +243,11 @@ def measure_real(session: Session) -> dict[str, Any]:
         "unused": ahead(session.metrics, "unused"),
         "prompt_tokens_counted": sum(e.counted or 0 for e in session.exchanges if e.status == 200),
         "total_s": round(sum(t.seconds for t in session.turns), 1),
+        "per_turn": [
+            [t.number, t.status, t.compaction, round(t.seconds, 2)]
+            + [f"{e.kind} {e.status} {e.seconds:.1f}s" for e in t.exchanges]
+            for t in session.turns
+        ],
     }
 
 
@@ -266,29 +273,31 @@ def real_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main_real(args: argparse.Namespace, run_info: dict[str, Any]) -> int:
-    with model_server(N_CTX) as server:
+    with model_server(args.n_ctx) as server:
         rows = [
-            run_real(server.url, mode, args.turns, args.pause)
+            run_real(server.url, mode, args.turns, args.pause, args.n_ctx)
             for _ in range(args.repeat)
             for mode in ("off", "on")
         ]
-    REAL_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    info = {**run_info, "n_ctx": N_CTX, "threshold": THRESHOLD}
-    REAL_RESULTS.write_text(json.dumps({**info, "runs": rows}, indent=2) + "\n")
+    path = RESULTS.with_name(f"summary_ahead_real_{args.n_ctx}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = {**run_info, "n_ctx": args.n_ctx, "threshold": THRESHOLD}
+    path.write_text(json.dumps({**info, "runs": rows}, indent=2) + "\n")
     print(real_table(rows))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, help="44; 32 with --real-model")
+    parser.add_argument("--turns", type=int, help="44; 36 with --real-model")
     parser.add_argument("--delay", type=float, default=2.5)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--real-model", action="store_true", help="llama.cpp, not the fake")
     parser.add_argument("--pause", type=float, default=PAUSE, help="tool work (--real-model)")
+    parser.add_argument("--n-ctx", type=int, default=2048, help="the window (--real-model)")
     args = parser.parse_args(argv)
-    args.turns = args.turns or (32 if args.real_model else 44)
+    args.turns = args.turns or (36 if args.real_model else 44)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load = os.getloadavg()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
