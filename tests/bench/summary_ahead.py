@@ -21,8 +21,8 @@ starts it as many turns ahead.
 between turns; threshold 470), one session per proxy, each mode in turn. In a 768-token
 window the session overflows the window (about turn 20) before the strategy would summarise:
 the refused request is summarised and retried inside that turn in both modes. With the
-default `--n-ctx 2048` the threshold decides, the first summary falling due near turn 23 (36
-turns). The model answers one request at a time, so a summary written in the background
+default `--n-ctx 2048` the threshold decides; a file read is `--file-chars` 3000 long (800
+gives no summary in 36 turns: level 1 keeps the session under the strategy's point). The model answers one request at a time, so a summary written in the background
 holds up whatever turn comes while it runs. Reported per mode: the median turn without a
 summary, the turns that applied one, the slowest turn, the summary requests made and how
 long each took, the turns that waited for one (went up without), the prompt tokens the
@@ -211,18 +211,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_real(url: str, mode: str, turns: int, pause: float, n_ctx: int) -> dict[str, Any]:
+def run_real(url: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """One real-model session through a fresh proxy with summary_ahead = `mode`."""
     session = run_session(
         url,
         compactor="cache-aware",
-        n_ctx=n_ctx,
+        n_ctx=args.n_ctx,
         threshold=THRESHOLD,
-        turns=turns,
+        turns=args.turns,
+        file_chars=args.file_chars,
         summary_ahead=mode == "on",
-        pause=pause,
+        pause=args.pause,
     )
-    return {"mode": mode, "turns": turns, "pause_s": pause, **measure_real(session)}
+    return {"mode": mode, "turns": args.turns, "pause_s": args.pause, **measure_real(session)}
 
 
 def measure_real(session: Session) -> dict[str, Any]:
@@ -275,13 +276,11 @@ def real_table(rows: list[dict[str, Any]]) -> str:
 def main_real(args: argparse.Namespace, run_info: dict[str, Any]) -> int:
     with model_server(args.n_ctx) as server:
         rows = [
-            run_real(server.url, mode, args.turns, args.pause, args.n_ctx)
-            for _ in range(args.repeat)
-            for mode in ("off", "on")
+            run_real(server.url, mode, args) for _ in range(args.repeat) for mode in ("off", "on")
         ]
     path = RESULTS.with_name(f"summary_ahead_real_{args.n_ctx}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    info = {**run_info, "n_ctx": args.n_ctx, "threshold": THRESHOLD}
+    info = {**run_info, "n_ctx": args.n_ctx, "threshold": THRESHOLD, "file_chars": args.file_chars}
     path.write_text(json.dumps({**info, "runs": rows}, indent=2) + "\n")
     print(real_table(rows))
     return 0
@@ -296,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-model", action="store_true", help="llama.cpp, not the fake")
     parser.add_argument("--pause", type=float, default=PAUSE, help="tool work (--real-model)")
     parser.add_argument("--n-ctx", type=int, default=2048, help="the window (--real-model)")
+    parser.add_argument("--file-chars", type=int, default=3000, help="a file read (--real-model)")
     args = parser.parse_args(argv)
     args.turns = args.turns or (36 if args.real_model else 44)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
