@@ -22,11 +22,12 @@ between turns; threshold 470), one session per proxy, each mode in turn. In a 76
 window the session overflows the window (about turn 20) before the strategy would summarise:
 the refused request is summarised and retried inside that turn in both modes. With the
 default `--n-ctx 2048` the threshold decides; a file read is `--file-chars` 3000 long (800
-gives no summary in 36 turns: level 1 keeps the session under the strategy's point). The model answers one request at a time, so a summary written in the background
-holds up whatever turn comes while it runs. Reported per mode: the median turn without a
-summary, the turns that applied one, the slowest turn, the summary requests made and how
-long each took, the turns that waited for one (went up without), the prompt tokens the
-model counted; each turn in the results file.
+gives no summary in 36 turns: level 1 keeps the session under the strategy's point). The
+model answers one request at a time, so a summary written in the background holds up
+whatever turn comes while it runs. Reported per mode: the median turn without a summary, the
+turns that applied one, the slowest turn, the summary requests made and how long each took,
+the turns that waited for one (went up without), the prompt tokens the model counted; each
+turn in the results file.
 
     python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
     python -m tests.bench.summary_ahead --real-model [--turns 36] [--pause 0.4] [--n-ctx 2048]
