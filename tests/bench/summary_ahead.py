@@ -216,7 +216,7 @@ def run_real(url: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """One real-model session through a fresh proxy with summary_ahead = `mode`."""
     session = run_session(
         url,
-        compactor="cache-aware",
+        compactor=args.compactor,
         n_ctx=args.n_ctx,
         threshold=THRESHOLD,
         turns=args.turns,
@@ -279,9 +279,10 @@ def main_real(args: argparse.Namespace, run_info: dict[str, Any]) -> int:
         rows = [
             run_real(server.url, mode, args) for _ in range(args.repeat) for mode in ("off", "on")
         ]
-    path = RESULTS.with_name(f"summary_ahead_real_{args.n_ctx}.json")
+    path = RESULTS.with_name(f"summary_ahead_real_{args.compactor}_{args.n_ctx}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     info = {**run_info, "n_ctx": args.n_ctx, "threshold": THRESHOLD, "file_chars": args.file_chars}
+    info["compactor"] = args.compactor
     path.write_text(json.dumps({**info, "runs": rows}, indent=2) + "\n")
     print(real_table(rows))
     return 0
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause", type=float, default=PAUSE, help="tool work (--real-model)")
     parser.add_argument("--n-ctx", type=int, default=2048, help="the window (--real-model)")
     parser.add_argument("--file-chars", type=int, default=3000, help="a file read (--real-model)")
+    parser.add_argument("--compactor", default="cache-aware", choices=["cache-aware", "seed"])
     args = parser.parse_args(argv)
     args.turns = args.turns or (36 if args.real_model else 44)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
