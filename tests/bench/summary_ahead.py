@@ -233,10 +233,14 @@ def measure_real(session: Session) -> dict[str, Any]:
     crossing = [t.seconds for t in answered if t.compaction == "summary"]
     median = statistics.median(ordinary)
     summaries = [e.seconds for e in session.exchanges if e.kind == "summary"]
+    # A turn a summary finished during waited for it: made inside the turn, or written in
+    # the background and holding the model (one request at a time) when the turn came.
+    held = [t.seconds for t in answered if any(e.kind == "summary" for e in t.exchanges)]
     return {
         "ordinary_median_ms": round(median * 1000),
         "crossing_ms": [round(t * 1000) for t in crossing],
         "crossing_ratio": [round(t / median, 1) for t in crossing],
+        "held_ms": [round(t * 1000) for t in held],
         "slowest_ms": round(max(t.seconds for t in session.turns[1:]) * 1000),
         "over_2x_ordinary": sum(1 for t in answered if t.seconds > 2 * median),
         "refused": sum(1 for t in session.turns if t.status != 200),
@@ -256,9 +260,9 @@ def measure_real(session: Session) -> dict[str, Any]:
 def real_table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| summary ahead | ordinary turn (median) | turns applying a summary | ratio "
-        "| slowest turn | turns > 2x ordinary | summaries written (s each) | turns waiting "
-        "for one | refused | prompt tokens counted | all turns |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "| turns a summary held up | slowest turn | turns > 2x ordinary | summaries written (s "
+        "each) | turns waiting for one | refused | prompt tokens counted | all turns |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -266,6 +270,7 @@ def real_table(rows: list[dict[str, Any]]) -> str:
         ratio = ", ".join(f"{x:g}x" for x in r["crossing_ratio"]) or "-"
         lines.append(
             f"| {r['mode']} | {r['ordinary_median_ms'] / 1000:.1f} s | {crossing} | {ratio} "
+            f"| {', '.join(f'{ms / 1000:.1f} s' for ms in r['held_ms']) or '-'} "
             f"| {r['slowest_ms'] / 1000:.1f} s | {r['over_2x_ordinary']} "
             f"| {len(r['summary_s'])} ({', '.join(f'{s:g}' for s in r['summary_s'])}) "
             f"| {r['waiting_turns']} | {r['refused']} | {r['prompt_tokens_counted']} "
