@@ -18,19 +18,19 @@ starts it as many turns ahead.
 `--real-model`: the same comparison against llama.cpp's server with Gemma 3 270M
 (`./scripts/real-model` installs it) instead of the fake upstream: the tool session of
 `tests.bench.real_model` (a file read, then a comment on it, `--pause` seconds of tool work
-between turns; threshold 470), one session per proxy, each mode in turn. In a 768-token
-window the session overflows the window (about turn 20) before the strategy would summarise:
-the refused request is summarised and retried inside that turn in both modes. With the
-default `--n-ctx 2048` the threshold decides; a file read is `--file-chars` 3000 long (800
-gives no summary in 36 turns: level 1 keeps the session under the strategy's point). The
-model answers one request at a time, so a summary written in the background holds up
-whatever turn comes while it runs. Reported per mode: the median turn without a summary, the
-turns that applied one, the slowest turn, the summary requests made and how long each took,
-the turns that waited for one (went up without), the prompt tokens the model counted; each
-turn in the results file.
+between turns; threshold 470, 36 turns), one session per proxy, each mode in turn, with the
+seed strategy: the default one (`--compactor cache-aware`) writes no summary in this session,
+its placeholders keep it under its break-even point. In a 768-token window (`--n-ctx 768`)
+the session overflows the window at turn 21 before a strategy would summarise, and the
+refused request is summarised and retried inside that turn in both modes; the default window
+is 2048. The model answers one request at a time, so a summary written in the background
+holds up whatever turn comes while it runs. Reported per mode: the median turn without a
+summary, the turns that applied one, the turns a summary held up, the slowest turn, the
+summary requests made and how long each took, the turns that waited for one (went up
+without), the prompt tokens the model counted; each turn in the results file.
 
     python -m tests.bench.summary_ahead [--turns 44] [--delay 2.5] [--sessions 2] [--repeat 1]
-    python -m tests.bench.summary_ahead --real-model [--turns 36] [--pause 0.4] [--n-ctx 2048]
+    python -m tests.bench.summary_ahead --real-model [--turns 36] [--pause 0.4] [--compactor seed]
 """
 
 from __future__ import annotations
@@ -302,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-model", action="store_true", help="llama.cpp, not the fake")
     parser.add_argument("--pause", type=float, default=PAUSE, help="tool work (--real-model)")
     parser.add_argument("--n-ctx", type=int, default=2048, help="the window (--real-model)")
-    parser.add_argument("--file-chars", type=int, default=3000, help="a file read (--real-model)")
-    parser.add_argument("--compactor", default="cache-aware", choices=["cache-aware", "seed"])
+    parser.add_argument("--file-chars", type=int, default=800, help="a file read (--real-model)")
+    parser.add_argument("--compactor", default="seed", choices=["cache-aware", "seed"])
     args = parser.parse_args(argv)
     args.turns = args.turns or (36 if args.real_model else 44)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
