@@ -184,6 +184,7 @@ class Turn:
     compaction: str | None
     error: str | None
     exchanges: list[Exchange] = field(default_factory=list)
+    seconds: float = 0.0  # the client's wait for the answer
 
 
 @dataclass
@@ -193,6 +194,8 @@ class Session:
     threshold: int
     turns: list[Turn]
     history_tokens: int | None  # the client's whole history, as the model counts it
+    exchanges: list[Exchange] = field(default_factory=list)  # all, background ones too
+    metrics: str = ""  # the proxy's /metrics at the session's end
 
 
 def run_session(
@@ -204,8 +207,11 @@ def run_session(
     turns: int = 25,
     file_chars: int = 800,
     words: int = 48,
+    summary_ahead: bool = True,
+    pause: float = 0.0,
 ) -> Session:
-    """One tool session through a fresh proxy (memory store) in front of `model_url`/v1."""
+    """One tool session through a fresh proxy (memory store) in front of `model_url`/v1;
+    `pause` seconds of tool work between turns."""
     recorder = Recorder(model_url)
     with UvicornThread(recorder.app) as relay:
         settings = Settings(
@@ -213,6 +219,7 @@ def run_session(
             store_url="memory://",
             token_threshold=threshold,
             compactor=compactor,
+            summary_ahead=summary_ahead,
         )
         with (
             UvicornThread(create_app(settings)) as proxy,
@@ -231,7 +238,9 @@ def run_session(
             done: list[Turn] = []
             files = 0
             for number in range(1, turns + 1):
-                before = len(recorder.exchanges)
+                if number > 1:
+                    time.sleep(pause)
+                before, began = len(recorder.exchanges), time.perf_counter()
                 choice: Any = FORCE_READ if number % 2 else "auto"
                 try:
                     raw = client.chat.completions.with_raw_response.create(
@@ -245,10 +254,13 @@ def run_session(
                 except openai.APIStatusError as exc:
                     done.append(Turn(number, exc.status_code, None, exc.message[:160]))
                     done[-1].exchanges = recorder.exchanges[before:]
+                    done[-1].seconds = time.perf_counter() - began
                     continue  # the history is unchanged: the next turn asks again
                 reply = raw.parse().choices[0].message
+                seconds = time.perf_counter() - began
                 compaction = raw.headers.get("x-xun-compaction")
                 done.append(Turn(number, 200, compaction, None, recorder.exchanges[before:]))
+                done[-1].seconds = seconds
                 # llama.cpp's Gemma format needs a string `content`, even beside tool calls.
                 messages.append(
                     {**reply.model_dump(exclude_none=True), "content": reply.content or ""}
@@ -259,7 +271,11 @@ def run_session(
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 if not reply.tool_calls:
                     messages.append({"role": "user", "content": NEXT})
-    return Session(compactor, n_ctx, threshold, done, history_tokens(model_url, messages))
+            # The model answers one request at a time: this one also waits out a summary
+            # still being written in the background.
+            counted = history_tokens(model_url, messages)
+            metrics = httpx.get(proxy.url + "/metrics").text
+    return Session(compactor, n_ctx, threshold, done, counted, list(recorder.exchanges), metrics)
 
 
 def history_tokens(model_url: str, messages: list[dict[str, Any]]) -> int | None:
