@@ -6,7 +6,8 @@ upstream measured in the same run, with LiteLLM and Headroom side by side.
     python -m tests.bench.field --skip litellm headroom --compare /path/to/other/checkout
 
 Targets: `direct` (the fast fake upstream itself), `xun` (xun-proxy on its session path:
-a session header, SQLite store, below the threshold), `xun-base` (with `--compare DIR`: the
+a session header, SQLite store unless `XUN_BENCH_STORE` names another, below the
+threshold), `xun-base` (with `--compare DIR`: the
 proxy of another checkout, for A/B of a change in one run), `litellm`, `headroom`. The load
 comes from `tests.bench.rawhttp` (a lean client: what it adds is small and alike for all).
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,7 @@ def start(
             upstream.url + "/v1",
             scratch,
             patches=patches,
-            store=f"sqlite:///{scratch / f'{name}.db'}",
+            store=os.environ.get("XUN_BENCH_STORE") or f"sqlite:///{scratch / f'{name}.db'}",
             token_threshold=10**9,
         )
         if where:
