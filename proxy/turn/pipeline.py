@@ -408,9 +408,8 @@ class Pipeline:
         rb = self.turn.rb
         if rb is None or not self.first_prompt:
             return
-        tools = self.wire.tools(self.client_body)
-        tools_estimate = len(orjson.dumps(tools)) // 4 if tools else 0
-        calibrate(rb.state, self.first_prompt, sent + tools_estimate)
+        tools = savings.tools_tokens(self.wire.tools(self.client_body))
+        calibrate(rb.state, self.first_prompt, sent + tools)
 
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
         """Record the turn's usage, save the state, and note what happened for logs/metrics.

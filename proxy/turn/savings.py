@@ -19,13 +19,19 @@ from proxy.session.savings import Tokens
 from proxy.wire.base import JSON, Usage, Wire
 
 
-def _tools_tokens(tools: Any) -> int:
+def tools_tokens(tools: Any) -> int:
+    """The proxy's estimate of a tools block (the calibration's, the savings', shadow's)."""
     if not tools:
         return 0
     try:
         return len(orjson.dumps(tools)) // 4
     except TypeError:
         return 0
+
+
+def client_estimate(rb: Rebuild, tools: Any) -> int:
+    """The proxy's estimate of the client's own request: its messages and its tools."""
+    return (rb.chars + 3) // 4 + 4 * len(rb.messages) + tools_tokens(tools)
 
 
 class Measure:
@@ -48,9 +54,9 @@ class Measure:
         previous turn's prefix). `sent`: the estimate of the messages sent upstream."""
         state = rb.state
         tools = wire.tools(body)
-        client = (rb.chars + 3) // 4 + 4 * len(rb.messages) + _tools_tokens(tools)
+        client = client_estimate(rb, tools)
         sent_tools = wire.with_extract_tool(tools) if injected else tools
-        sent += _tools_tokens(sent_tools)
+        sent += tools_tokens(sent_tools)
         first = self.rounds[0].prompt if self.rounds else None
         direct = savings.direct_estimate(
             client, sent_estimate=sent, billed=first, calibration=state.calibration
@@ -112,4 +118,4 @@ def log_fields(model: str, vec: list[int], prices: Prices | None) -> dict[str, A
     }
 
 
-__all__ = ["Measure", "count", "log_fields", "shadow_record"]
+__all__ = ["Measure", "client_estimate", "count", "log_fields", "shadow_record", "tools_tokens"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -60,16 +59,6 @@ def stand_in_summary() -> str:
     return STAND_IN_HEAD + line * (room // len(line))
 
 
-def tools_tokens(tools: Any) -> int:
-    """The proxy's estimate of a tools block, as `Pipeline.calibrate` counts it."""
-    if not tools:
-        return 0
-    try:
-        return len(orjson.dumps(tools)) // 4
-    except TypeError:
-        return 0
-
-
 class ShadowPipeline(Pipeline):
     """A session's turn in shadow mode: prepared (loaded, rebuilt, compacted) as usual, never
     sent; `finish` records what was billed for the client's own request and what the proxy
@@ -102,12 +91,11 @@ class ShadowPipeline(Pipeline):
 
     def direct_estimate(self, rb: Rebuild) -> int:
         """The proxy's estimate of the client's own request (what went upstream)."""
-        messages = (rb.chars + 3) // 4 + 4 * len(rb.messages)
-        return messages + tools_tokens(self.wire.tools(self.client_body))
+        return savings.client_estimate(rb, self.wire.tools(self.client_body))
 
     def projected_prompt_tokens(self, rb: Rebuild) -> int:
         """The prompt tokens of the request the proxy would have sent, calibrated."""
-        estimate = rb.sent_estimate() + tools_tokens(self.turn.upstream_tools())
+        estimate = rb.sent_estimate() + savings.tools_tokens(self.turn.upstream_tools())
         return calibrated(estimate, rb.state.calibration)
 
     def record(self, rb: Rebuild, usage: Usage | None) -> None:
