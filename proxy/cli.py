@@ -276,6 +276,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
         if store is not None:
             store.release_memory()
         app.state.neutral_reuse.clear()  # conversions kept only for speed
+        app.state.body_reuse.shrink()  # the parsed histories: the last few sessions' only
         WALKS.clear()  # and the thinking bindings' walks (proxy.turn.thinking_binder)
         artifacts.forget()  # and the trail's remembered scans
 

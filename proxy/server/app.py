@@ -112,6 +112,9 @@ async def readyz(request: Request) -> Response:
         ready["store_url"] = where
         if isinstance(store, CachedStore):
             ready["cache"] = store.stats().to_dict()
+        reuse: BodyReuse | None = getattr(state, "body_reuse", None)
+        if reuse is not None:
+            ready["body_reuse"] = reuse.stats()
     return JSONResponse(ready)
 
 
@@ -217,7 +220,7 @@ def create_app(
     app.state.settings = settings
     app.state.compactor = compactor
     app.state.neutral_reuse = NeutralReuse()
-    app.state.body_reuse = BodyReuse()  # kept through idle reclaims: requests come seconds apart
+    app.state.body_reuse = BodyReuse()  # shrunk when idle, not emptied: agents pause
     app.state.drain = drain
     app.state.metrics = metrics
     app.state.prices = Prices(settings.prices)  # the savings' money (proxy.compaction.prices)

@@ -9,7 +9,10 @@ in SECURITY.md are from the default (60 s, 200 sessions).
 Memory is read once the proxy has gone idle and run its reclaim (proxy.server.allocator; the test
 waits for `xun_memory_reclaim_seconds_count` to move). What may stay is what the hot-state cache
 holds by design (its accounted bytes, from /readyz?verbose) plus a small allowance for the
-allocators' partly used pages; a second round of the same load must not add to it.
+allocators' partly used pages; the parsed histories kept to parse on from
+(proxy.turn.body_reuse, about five times their raw bytes) are shrunk by the reclaim to the
+last few sessions'. A second round of the same load, with sessions of its own, must not add
+to it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.turn.body_reuse import IDLE_SESSIONS
 from tests.reliability.conftest import ROOT, ProxyProcess, SpawnProxy, wait_until
 
 SECONDS = float(os.environ.get("XUN_LOAD_SECONDS", "60"))
@@ -141,13 +145,13 @@ async def session(
             messages.append({"role": "user", "content": f"Next, turn {turn}."})
 
 
-async def drive(url: str, sessions: int, seconds: float) -> Counter[str]:
+async def drive(url: str, sessions: int, seconds: float, first: int = 0) -> Counter[str]:
     stats: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=sessions + 10, max_keepalive_connections=sessions + 10)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         deadline = time.monotonic() + seconds
         async with asyncio.TaskGroup() as group:
-            for n in range(sessions):
+            for n in range(first, first + sessions):
                 group.create_task(session(client, url, n, deadline, stats))
     return stats
 
@@ -156,9 +160,13 @@ async def drive(url: str, sessions: int, seconds: float) -> Counter[str]:
 class Memory:
     rss_kib: int
     cache_kib: int  # what the hot-state cache accounts for holding
+    reuse_kib: int  # the raw bytes of the histories kept to parse on from (proxy.turn.body_reuse)
 
     def __str__(self) -> str:
-        return f"{self.rss_kib / 1024:.1f} MiB (cache {self.cache_kib / 1024:.1f} MiB)"
+        return (
+            f"{self.rss_kib / 1024:.1f} MiB (cache {self.cache_kib / 1024:.1f} MiB,"
+            f" parsed histories {self.reuse_kib / 1024:.1f} MiB)"
+        )
 
 
 def reclaims(proxy: ProxyProcess) -> float:
@@ -171,8 +179,11 @@ def reclaims(proxy: ProxyProcess) -> float:
 def settled_memory(proxy: ProxyProcess, reclaims_before: float) -> Memory:
     """The proxy's memory once it has gone idle and reclaimed (probes do not count as traffic)."""
     assert wait_until(lambda: reclaims(proxy) > reclaims_before, 30, step=0.25), "no reclaim"
-    cache = httpx.get(proxy.url + "/readyz?verbose", timeout=10).json()["cache"]
-    return Memory(proxy.rss_kib(), cache["bytes"] // 1024)
+    ready = httpx.get(proxy.url + "/readyz?verbose", timeout=10).json()
+    reuse = ready["body_reuse"]
+    # The parsed histories kept for speed are shrunk by the reclaim to the last few sessions.
+    assert reuse["sessions"] <= IDLE_SESSIONS, reuse
+    return Memory(proxy.rss_kib(), ready["cache"]["bytes"] // 1024, reuse["bytes"] // 1024)
 
 
 @dataclass(frozen=True)
@@ -182,7 +193,7 @@ class Round:
     reclaims: float  # reclaims counted when the round ended
 
 
-def load_round(proxy: ProxyProcess, sessions: int, seconds: float) -> Round:
+def load_round(proxy: ProxyProcess, sessions: int, seconds: float, first: int = 0) -> Round:
     """Drive one round; its stats, the peak RSS seen while it ran, and the reclaim count at its
     end (a stall of the driver may let the proxy reclaim mid-round: only a later one counts)."""
     peak = [proxy.rss_kib()]
@@ -195,7 +206,7 @@ def load_round(proxy: ProxyProcess, sessions: int, seconds: float) -> Round:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        stats = asyncio.run(drive(proxy.base_url + "/chat/completions", sessions, seconds))
+        stats = asyncio.run(drive(proxy.base_url + "/chat/completions", sessions, seconds, first))
         count = reclaims(proxy)
     finally:
         done.set()
@@ -225,7 +236,8 @@ def test_200_sessions_for_60_seconds(
     first = load_round(proxy, SESSIONS, SECONDS)
     elapsed = time.monotonic() - started
     after = settled_memory(proxy, first.reclaims)
-    second = load_round(proxy, SESSIONS, REPEAT_SECONDS)
+    # Sessions of their own: what a session leaves behind must not add up either.
+    second = load_round(proxy, SESSIONS, REPEAT_SECONDS, first=SESSIONS)
     again = settled_memory(proxy, second.reclaims)
 
     stats = first.stats

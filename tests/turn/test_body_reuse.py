@@ -285,3 +285,24 @@ def test_bounded_by_sessions_and_bytes() -> None:
     assert reuse._bytes <= 10_000 and "big" not in reuse._kept
     reuse.clear()
     assert not reuse._kept and reuse._bytes == 0
+
+
+def test_a_lull_keeps_the_sessions_that_sent_last() -> None:
+    """The idle reclaim shrinks what is kept to the last few sessions: one agent pausing
+    between its turns goes on parsing only what it adds; a burst does not stay in memory."""
+    reuse, wire = BodyReuse(), WIRES["chat"]
+    for i in range(6):
+        reuse.parse(f"s{i}", orjson.dumps(chat(5)), "messages", wire.parse, wire.accept)
+    reuse.parse("s0", orjson.dumps(chat(6)), "messages", wire.parse, wire.accept)  # s0 again
+    assert reuse.stats()["sessions"] == 6 and reuse.reused == 1
+    size = reuse.stats()["bytes"]
+    reuse.shrink(2)
+    assert list(reuse._kept) == ["s5", "s0"]
+    stats = reuse.stats()
+    assert stats["sessions"] == stats["histories"] == 2
+    assert stats["bytes"] == sum(len(k.raw) for lanes in reuse._kept.values() for k in lanes)
+    assert 0 < stats["bytes"] < size
+    reuse.parse("s0", orjson.dumps(chat(7)), "messages", wire.parse, wire.accept)
+    assert reuse.reused == 2  # kept through the lull: parsed on
+    reuse.parse("s1", orjson.dumps(chat(6)), "messages", wire.parse, wire.accept)
+    assert reuse.reused == 2  # let go: parsed whole
