@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 
 from tests.bench import economy
+from tests.support.corpus import CORPUS_DIR
+
+pytestmark = pytest.mark.skipif(not CORPUS_DIR.is_dir(), reason=f"no corpus at {CORPUS_DIR}")
 
 TRAJECTORIES = {
     "openhands/ponylang__ponyc-4588": "ponylang__ponyc-4588",
