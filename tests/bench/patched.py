@@ -16,6 +16,12 @@ before anyone applies it to `proxy/`. Patches:
                 objects it holds to stderr: what makes reference cycles per request
   gclog         every collection over 0.5 ms is written to stderr with its generation and
                 duration (for the proxy's log)
+  nockpt        the SQLite store never checkpoints its WAL (it grows without bound): what
+                the checkpoint costs the tail
+  passive       the SQLite store's checkpoint is PASSIVE (writes go on inline meanwhile),
+                with a RESTART only once 16 MiB are left behind
+  settlelog     every wait of a request for its session's earlier save over 0.5 ms is
+                written to stderr with its duration
 """
 
 from __future__ import annotations
@@ -76,6 +82,47 @@ def _gclog() -> None:
     gc.callbacks.append(callback)
 
 
+def _nockpt() -> None:
+    from proxy.store import sqlite_reader
+
+    sqlite_reader.CHECKPOINT_BYTES = 2**62
+
+
+def _passive() -> None:
+    import sqlite3
+
+    from proxy.store import sqlite, sqlite_reader
+
+    def checkpoint(conn: sqlite3.Connection) -> None:
+        _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if frames > 4096:
+            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+
+    def allowed(self: Any, size: int) -> bool:
+        return bool(size <= sqlite.INLINE_WRITE_MAX_BYTES and self._conn is not None)
+
+    sqlite.checkpoint = checkpoint  # type: ignore[assignment]
+    sqlite.SQLiteStore._inline_write_allowed = allowed  # type: ignore[method-assign]
+    del sqlite_reader
+
+
+def _settlelog() -> None:
+    from proxy.turn.saving import SessionWriter
+
+    original = SessionWriter.settled
+
+    async def settled(self: Any, session_id: str, wait: float | None = None) -> bool:
+        started = time.perf_counter()
+        try:
+            return await original(self, session_id, wait)
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            if ms > 0.5:
+                print(f"settle ms={ms:.2f}", file=sys.stderr, flush=True)
+
+    SessionWriter.settled = settled  # type: ignore[method-assign]
+
+
 def _gcsave() -> None:
     import collections
     import gc
@@ -98,6 +145,9 @@ PATCHES = {
     "noreclaim": _noreclaim,
     "switch": _switch,
     "gclog": _gclog,
+    "nockpt": _nockpt,
+    "passive": _passive,
+    "settlelog": _settlelog,
 }
 
 
