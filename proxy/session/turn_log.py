@@ -57,6 +57,18 @@ class TurnLog:
         `decode` reads one, as `records` does)."""
         return self._text.split("\n") if self._text else []
 
+    def last_lines(self, n: int) -> list[str]:
+        """The newest `n` lines of `lines()`, found from the end: not the whole log split."""
+        text, end = self._text, len(self._text)
+        found: list[str] = []
+        while text and len(found) < n:
+            start = text.rfind("\n", 0, end) + 1
+            found.append(text[start:end])
+            if start == 0:
+                break
+            end = start - 1
+        return found[::-1]
+
     def last(self) -> dict[str, Any] | None:
         """The newest record, decoded alone; None when there is none."""
         if not self._text:

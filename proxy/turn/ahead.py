@@ -264,7 +264,7 @@ class TurnAhead:
         state = rb.state
         if state.total_tokens is None:
             return None
-        lines = state.turn_log.lines()[-8:]
+        lines = state.turn_log.last_lines(8)
         records = [r for r in map(decode, lines) if r is not None]
         growth = growth_per_turn(records)
         if growth is None:

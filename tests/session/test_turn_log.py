@@ -41,6 +41,8 @@ def test_behaves_like_the_last_records_of_a_list(
         assert len(log) == len(model)
     assert log.records() == model
     assert TurnLog(log.text).records() == model  # what the state stores reads back the same
+    for n in (0, 1, 3, keep, keep + 2):
+        assert log.last_lines(n) == (log.lines()[-n:] if n else [])
     assert "\n" not in "".join(orjson.dumps(r).decode() for r in model)
 
 
