@@ -73,6 +73,10 @@ class Pipeline:
         self.settings = app_state.settings
         # The clock of the turn records and of the cache's age (tests set `app.state.clock`).
         self.clock = getattr(app_state, "clock", time.time)
+        # When the request came: its turn record's time, and the time the prompt cache's age is
+        # measured to. Not read again at the turn's end, which comes after the answer is out,
+        # when the client may already be sending its next request.
+        self.arrived = self.clock()
         self._cache_cold: bool | None = None
         self.upstream: Upstream = upstream or app_state.upstream
         self.compactor: CompactorAbstract = app_state.compactor
@@ -204,7 +208,7 @@ class Pipeline:
             rb = self.turn.rb
             self._cache_cold = rb is not None and cache_cold(
                 rb.state.turn_log,
-                self.clock(),
+                self.arrived,
                 str(self.client_body.get("model") or ""),
                 self.wire.cache_ttl(self.client_body),
                 self.settings.cache_lifetimes,
@@ -441,7 +445,7 @@ class Pipeline:
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
                     extra={"savings": saved, **ahead.fields(self.turn.ahead, self.cache_cold())},
-                    now=self.clock(),
+                    now=self.arrived,
                 )
                 vec = savings.count(rb, saved)
                 if vec is not None:

@@ -119,6 +119,7 @@ class ShadowPipeline(Pipeline):
             written_tokens=usage.written if usage is not None else None,
             compaction=self.turn.compaction,
             extra={SHADOW: True, "projected_prompt_tokens": projected, "savings": saved},
+            now=self.arrived,
         )
         savings.count(rb, saved)  # in the projected totals only (proxy.session.savings)
         state.total_tokens = projected + _output_tokens(usage)

@@ -88,3 +88,38 @@ def test_a_session_paused_past_the_cache_lifetime_compacts_where_a_warm_one_wait
     assert cold[-1]["cache_cold"] is True and cold[-1]["compaction"] in ("toolcall", "summary")
     assert not any(t.get("cache_cold") for t in cold[:-1])  # 20 s apart: the cache stayed warm
     assert cold[-1]["prompt_tokens"] < warm[-1]["prompt_tokens"]  # the cold request was smaller
+
+
+class TickingClock(Clock):
+    """A clock that moves a minute each time it is read: whichever read dates a turn shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[float] = []
+
+    def __call__(self) -> float:
+        self.now += 60.0
+        self.reads.append(self.now)
+        return self.now
+
+
+def test_a_turn_is_dated_when_its_request_came(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, openai_client: OpenAIClientFactory
+) -> None:
+    """A turn's record carries the time its request came, and the cache's age is measured to
+    it: the record is written after the answer is out, when the client may be sending its
+    next request already (the viewer's test saw turn 2 dated at turn 3's time, and turn 3's
+    cold cache missed)."""
+    proxy = make_proxy(admin_key=ADMIN_KEY)
+    clock = TickingClock()
+    proxy.app.state.clock = clock
+    agent = Agent(openai_client(proxy, session="dated"), output_size=200, model=MODEL)
+    firsts = []
+    for _ in range(3):
+        before = len(clock.reads)
+        session = agent.step().headers["x-xun-session"]
+        firsts.append(clock.reads[before])  # the first read while the request was served
+    turns = turns_of(proxy.url, session)
+    assert [t["at"] for t in turns] == firsts
+    # A minute between reads, under the 5-minute cache: no turn finds it cold.
+    assert not any(t.get("cache_cold") for t in turns)
