@@ -20,6 +20,8 @@ before anyone applies it to `proxy/`. Patches:
                 the checkpoint costs the tail
   passive       the SQLite store's checkpoint is PASSIVE (writes go on inline meanwhile),
                 with a RESTART only once 16 MiB are left behind
+  turns8        a session keeps its last 8 turn records instead of 300: what writing the
+                turn log inside the state on every request costs
   settlelog     every wait of a request for its session's earlier save over 0.5 ms is
                 written to stderr with its duration
 """
@@ -106,6 +108,17 @@ def _passive() -> None:
     del sqlite_reader
 
 
+def _turns8() -> None:
+    from proxy.session.turn_log import TurnLog
+
+    original = TurnLog.append
+
+    def append(self: Any, record: dict[str, Any], *, keep: int = 8) -> None:
+        original(self, record, keep=min(keep, 8))
+
+    TurnLog.append = append  # type: ignore[method-assign]
+
+
 def _settlelog() -> None:
     from proxy.turn.saving import SessionWriter
 
@@ -148,6 +161,7 @@ PATCHES = {
     "nockpt": _nockpt,
     "passive": _passive,
     "settlelog": _settlelog,
+    "turns8": _turns8,
 }
 
 
