@@ -148,8 +148,7 @@ class BodyReuse:
         pausing between its turns keeps its history; a burst of sessions does not stay in
         memory once it is over)."""
         while len(self._kept) > sessions:
-            _, old = self._kept.popitem(last=False)
-            self._bytes -= sum(len(kept.raw) for kept in old)
+            self._drop_oldest()
 
     def clear(self) -> None:
         self._kept.clear()
@@ -167,8 +166,11 @@ class BodyReuse:
         self._kept[session] = lanes
         self._bytes += sum(len(kept.raw) for kept in lanes)
         while len(self._kept) > self.max_sessions or self._bytes > self.max_bytes:
-            _, old = self._kept.popitem(last=False)
-            self._bytes -= sum(len(kept.raw) for kept in old)
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, old = self._kept.popitem(last=False)
+        self._bytes -= sum(len(kept.raw) for kept in old)
 
 
 def _first(raw: bytes, body: JSON, field: str, written: Written) -> _Kept | None:

@@ -93,7 +93,7 @@ def _nockpt() -> None:
 def _passive() -> None:
     import sqlite3
 
-    from proxy.store import sqlite, sqlite_reader
+    from proxy.store import sqlite
 
     def checkpoint(conn: sqlite3.Connection) -> None:
         _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -105,7 +105,6 @@ def _passive() -> None:
 
     sqlite.checkpoint = checkpoint  # type: ignore[assignment]
     sqlite.SQLiteStore._inline_write_allowed = allowed  # type: ignore[method-assign]
-    del sqlite_reader
 
 
 def _turns8() -> None:
