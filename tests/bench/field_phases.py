@@ -109,6 +109,7 @@ async def latency_c1(targets: list[Target], args: argparse.Namespace) -> dict[st
     for t in targets:  # warm up: connections, caches, the session's first (cold) turn
         for _ in range(10):
             await conns[t.name].post(PATH, payload, t.headers("field-c1"))
+    cpu = {t.name: cpu_s(t) for t in targets}
     # Request by request, every target in turn: a burst of load on the shared machine then
     # hits every target's samples alike (slices of 300 requests would give the fast direct
     # upstream a 30 ms slice and the proxy a 400 ms one, and bursts mostly the proxy's).
@@ -136,12 +137,14 @@ async def latency_c1(targets: list[Target], args: argparse.Namespace) -> dict[st
         for t in targets:
             lat[t.name] += times[t.name]
             p99s[t.name].append(percentile(times[t.name], 99) or 0.0)
+    cpu = {t.name: cpu_s(t) - cpu[t.name] for t in targets}
     for c in conns.values():
         await c.close()
     return {
         t.name: {
             "n": len(lat[t.name]),
             "errors": errors[t.name],
+            "cpu_us": round(cpu[t.name] / max(1, len(lat[t.name]) + errors[t.name]) * 1e6),
             "p50": rnd(percentile(lat[t.name], 50), 3),
             "p99": rnd(percentile(lat[t.name], 99), 3),
             "round_p99": [rnd(v, 2) for v in p99s[t.name]],
@@ -407,6 +410,10 @@ def report_table(res: dict[str, Any]) -> str:
         rows.append(["c=1, 50 KB: p50 ms (added)", *_vs(c1, "p50", names)])
         rows.append(["c=1, 50 KB: p99 ms (added)", *_vs(c1, "p99", names)])
         rows.append(["c=1: p99 of each round, ms", *(_span(c1[n]["round_p99"]) for n in names)])
+        rows.append(
+            ["c=1: CPU us a request (direct: upstream's)"]
+            + [c1[n].get("cpu_us", "n/a") for n in names]
+        )
         rows.append(
             ["c=1: requests (errors)", *(f"{c1[n]['n']} ({c1[n]['errors']})" for n in names)]
         )

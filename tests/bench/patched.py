@@ -22,6 +22,11 @@ before anyone applies it to `proxy/`. Patches:
                 with a RESTART only once 16 MiB are left behind
   turns8        a session keeps its last 8 turn records instead of 300: what writing the
                 turn log inside the state on every request costs
+  cprofile      the event loop's thread runs under cProfile; SIGUSR2 writes its stats to
+                $XUN_BENCH_PROFILE (a pstats file) and starts counting afresh
+  stages        the wall time of the request's stages (each an awaited or plain call,
+                its awaits included), summed; SIGUSR2 writes the mean per call to stderr
+                and starts afresh
   settlelog     every wait of a request for its session's earlier save over 0.5 ms is
                 written to stderr with its duration
 """
@@ -151,7 +156,117 @@ def _gcsave() -> None:
     signal.signal(signal.SIGUSR1, dump)
 
 
+def _cprofile() -> None:
+    import cProfile
+    import signal
+
+    profile = cProfile.Profile()
+
+    def dump(signum: int, frame: Any) -> None:
+        profile.disable()
+        profile.dump_stats(os.environ.get("XUN_BENCH_PROFILE", "proxy.pstats"))
+        profile.clear()
+        profile.enable()
+
+    signal.signal(signal.SIGUSR2, dump)
+    profile.enable()
+
+
+STAGES = (
+    "proxy.server.logging:RequestLogMiddleware.__call__",
+    "proxy.server.model_routes:_serve",
+    "proxy.server.model_routes:_parsed",
+    "proxy.server.model_routes:_neutral",
+    "proxy.server.model_routes:read_body",
+    "proxy.turn.pipeline:Pipeline.__init__",
+    "proxy.turn.pipeline:Pipeline.prepare",
+    "proxy.turn.pipeline:Pipeline.cache_cold",
+    "proxy.turn.session_turn:Turn.load",
+    "proxy.turn.session_turn:Turn._rebuild",
+    "proxy.turn.pipeline:Pipeline.complete",
+    "proxy.turn.pipeline:Pipeline.open",
+    "proxy.upstream.client:Upstream.send",
+    "proxy.turn.pipeline:read_response",
+    "proxy.turn.pipeline:Pipeline.finish",
+    "proxy.turn.saving:save_turn",
+    "proxy.store.sqlite:SQLiteStore.put",
+    "proxy.store.sqlite:SQLiteStore._run",
+    "proxy.store.sqlite_reader:InlineWriter.run",
+    "proxy.store.cache:CachedStore.get",
+    "proxy.turn.saving:SessionWriter.settled",
+    "proxy.session.state:SessionState.to_bytes",
+    "proxy.turn.ahead:TurnAhead.after_turn",
+    "proxy.server.metrics:Metrics.observe_request",
+    "logging:Logger.handle",
+)
+
+
+def _stages() -> None:
+    import functools
+    import importlib
+    import inspect
+    import signal
+
+    totals: dict[str, list[Any]] = {}
+
+    def wrapped(name: str, fn: Any) -> Any:
+        cell = totals.setdefault(name, [0.0, 0, []])
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    took = time.perf_counter() - started
+                    cell[0] += took
+                    cell[1] += 1
+                    cell[2].append(took)
+
+            return timed_async
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                took = time.perf_counter() - started
+                cell[0] += took
+                cell[1] += 1
+                cell[2].append(took)
+
+        return timed
+
+    for path in STAGES:
+        module_name, _, attrs = path.partition(":")
+        owner: Any = importlib.import_module(module_name)
+        *parents, last = attrs.split(".")
+        for attr in parents:
+            owner = getattr(owner, attr)
+        setattr(owner, last, wrapped(path.rsplit(":", 1)[1], getattr(owner, last)))
+
+    def dump(signum: int, frame: Any) -> None:
+        for name, cell in totals.items():
+            if cell[1]:
+                us = cell[0] / cell[1] * 1e6
+                took = sorted(cell[2])
+                p50, p90, p99 = (took[int(len(took) * q)] * 1e6 for q in (0.5, 0.9, 0.99))
+                print(
+                    f"stage {name} calls={cell[1]} us={us:.1f}"
+                    f" p50={p50:.1f} p90={p90:.1f} p99={p99:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            cell[0], cell[1], cell[2] = 0.0, 0, []
+
+    signal.signal(signal.SIGUSR2, dump)
+
+
 PATCHES = {
+    "stages": _stages,
+    "cprofile": _cprofile,
     "gcsave": _gcsave,
     "nogc": _nogc,
     "noreclaim": _noreclaim,

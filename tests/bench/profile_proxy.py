@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", help="store URL (default SQLite in a temp dir)")
     parser.add_argument("--proxy-python", default=sys.executable)
     parser.add_argument("--patches", default="", help="experimental patches (tests.bench.patched)")
+    parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
     args = parser.parse_args(argv)
     if shutil.which("py-spy") is None:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
@@ -125,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                 str(int(args.seconds)),
                 "--output",
                 str(out),
-                "--nonblocking",
+                # --native reads C frames (uvloop, orjson, sqlite3), which needs the process
+                # paused for each sample
+                *(["--native"] if args.native else ["--nonblocking"]),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
