@@ -45,7 +45,7 @@ def lifetime_for(
 
 def last_request_at(turns: TurnLog) -> float | None:
     """When the session's last recorded turn was answered (its record's `at`), if known."""
-    for line in reversed(turns.lines()):
+    for line in turns.newest_first():
         record = decode(line)
         at = None if record is None else record.get("at")
         if isinstance(at, int | float) and not isinstance(at, bool):

@@ -98,7 +98,7 @@ def observed_write_share(
     """
     records: Iterable[Mapping[str, Any] | None]  # newest first, decoded as they are read
     if isinstance(turns, TurnLog):
-        records = (decode(line) for line in reversed(turns.lines()) if _may_count_writes(line))
+        records = (decode(line) for line in turns.newest_first() if _may_count_writes(line))
     else:
         records = reversed(turns)
     recent: list[float] = []
