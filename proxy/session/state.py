@@ -150,7 +150,17 @@ class SessionState:
         return {"state_version": STATE_VERSION, **data}
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(self.to_dict())
+        """The stored form: `to_dict` as JSON, laid out so that consecutive saves of a session
+        begin alike. The view and the turn log, its bulk and both only ever appended to between
+        trims, come first, and the small fields that change every turn after them: a store
+        that overwrites a state in place then rewrites the pages of what a turn added, not
+        the whole state (`proxy.store.sqlite.padded`). The turn log's JSON is kept from turn
+        to turn (`TurnLog.json`), not escaped whole again."""
+        small = self.to_dict()
+        view = orjson.dumps(small.pop("view"))
+        del small["turn_log"]
+        rest = orjson.dumps(small)  # "{...}": never empty, state_version is in it
+        return b"".join((b'{"view":', view, b',"turn_log":', self.turn_log.json(), b",", rest[1:]))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionState:

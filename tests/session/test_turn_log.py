@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from proxy.compaction import economics
 from proxy.compaction.economics import observed_hit_ratio
 from proxy.session.state import SessionState
-from proxy.session.turn_log import MAX_TURNS_KEPT, TurnLog, decode
+from proxy.session.turn_log import MAX_TURNS_KEPT, TRIM_SLACK, TurnLog, decode
 
 values = st.one_of(
     st.none(),
@@ -28,17 +28,21 @@ def turn(n: int) -> dict[str, Any]:
     return {"at": float(n), "messages": n, "total_tokens": 10 * n, "compaction": "none"}
 
 
-@given(st.lists(records, max_size=30), st.integers(1, 10), st.booleans())
+@given(st.lists(records, max_size=30), st.integers(1, 10), st.integers(0, 4), st.booleans())
 def test_behaves_like_the_last_records_of_a_list(
-    appended: list[dict[str, Any]], keep: int, decode_midway: bool
+    appended: list[dict[str, Any]], keep: int, slack: int, decode_midway: bool
 ) -> None:
     log, model = TurnLog(), []
     for n, record in enumerate(appended):
         if decode_midway and n == len(appended) // 2:
             assert log.records() == model  # a decoded log keeps its decoding up to date
-        log.append(record, keep=keep)
-        model = [*model, record][-keep:]
+            assert log.json() == orjson.dumps(log.text)  # and its JSON form, from here on
+        log.append(record, keep=keep, slack=slack)
+        model = [*model, record]
+        if len(model) > keep + slack:  # trimmed all at once, not a record at a time
+            model = model[-keep:]
         assert len(log) == len(model)
+        assert log.json() == orjson.dumps(log.text)
     assert log.records() == model
     assert TurnLog(log.text).records() == model  # what the state stores reads back the same
     for n in (0, 1, 3, keep, keep + 2):
@@ -49,9 +53,17 @@ def test_behaves_like_the_last_records_of_a_list(
 def test_append_keeps_the_last_300_and_never_decodes() -> None:
     log = TurnLog.of(turn(n) for n in range(MAX_TURNS_KEPT))
     assert log._decoded is None
-    log.append(turn(MAX_TURNS_KEPT))
+    stored = log.json()
+    for n in range(MAX_TURNS_KEPT, MAX_TURNS_KEPT + TRIM_SLACK):
+        log.append(turn(n))
+        # Until the slack is used up a turn only appends: the stored form keeps its beginning.
+        assert log.json().startswith(stored[:-1]) and len(log) == n + 1
+        stored = log.json()
+    log.append(turn(MAX_TURNS_KEPT + TRIM_SLACK))  # then the oldest go, all at once
     assert log._decoded is None and len(log) == MAX_TURNS_KEPT
-    assert [t["messages"] for t in log.records()] == list(range(1, MAX_TURNS_KEPT + 1))
+    first = TRIM_SLACK + 1
+    assert [t["messages"] for t in log.records()] == list(range(first, first + MAX_TURNS_KEPT))
+    assert log.json() == orjson.dumps(log.text)
 
 
 def test_keep_last_and_the_empty_log() -> None:
@@ -165,7 +177,7 @@ def test_the_hit_ratio_decodes_only_the_turns_it_reads(
 def test_the_count_follows_appends_and_cuts() -> None:
     log = TurnLog()
     for n in range(7):
-        log.append({"n": n}, keep=5)
+        log.append({"n": n}, keep=5, slack=0)
         assert len(log) == min(n + 1, 5) == log.text.count("\n") + 1
     log.keep_last(2)
     assert len(log) == 2 and [r["n"] for r in log.records()] == [5, 6]
