@@ -310,3 +310,72 @@ async def test_small_states_are_written_from_the_loop_and_the_wal_stays_bounded(
         assert found is not None and found.version == version and len(found.data) == 300_000
     finally:
         await store.close()
+
+
+def _wal_frames(path: Path) -> int:
+    """Frames in the WAL file since it last started over (each 4 KiB page + a 24-byte header)."""
+    size = os.path.getsize(f"{path}-wal")
+    return max(0, size - 32) // (4096 + 24)
+
+
+async def test_a_growing_state_is_rewritten_only_where_it_changed(tmp_path: Path) -> None:
+    """A state of 16 KiB or more is stored padded to its size class, so a turn that appends
+    keeps the row's size and SQLite overwrites only the pages that changed; what is read back
+    is the state, not the padding."""
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    state = b'{"log":"' + b"x" * 80_000
+    try:
+        version = await store.put(KEY, state + b'"}', {}, expected_version=None)
+        with sqlite3.connect(path) as conn:
+            (stored,) = conn.execute("SELECT length(data) FROM sessions").fetchone()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # count the frames from here
+        conn.close()
+        assert 80_010 < stored <= 80_010 * 9 // 8
+        for turn in range(20):  # 220 bytes a turn: the size class holds
+            state += f"turn {turn:03} ".encode() * 20
+            version = await store.put(KEY, state + b'"}', {}, expected_version=version)
+        frames = await asyncio.to_thread(_wal_frames, path)
+        # Whole rows: over 20 pages a turn (400+ frames); in place, the pages a turn changed
+        # (its end of the state, the row's cell, the time index: 6-8), and one whole row
+        # when the state outgrows its size class.
+        assert frames < 20 * 10, frames
+        found = await store.get(KEY)
+        assert found is not None and found.data == state + b'"}'
+        assert [info.size for info in (await store.list())[0]] == [len(state) + 2]
+    finally:
+        await store.close()
+
+
+async def test_a_row_written_without_the_size_columns_is_read_whole(tmp_path: Path) -> None:
+    """A table of an earlier version gains the columns on open; a row an older writer updated
+    afterwards (its size columns left as they were) is read whole, padding and all."""
+    path = tmp_path / "sessions.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE sessions (id TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
+            " session TEXT NOT NULL, data BLOB NOT NULL, meta TEXT NOT NULL,"
+            " version INTEGER NOT NULL, updated_at REAL NOT NULL);"
+        )
+        conn.execute(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, '{}', 1, ?)",
+            (KEY.id, KEY.tenant, KEY.session, b'{"old":1}', time.time()),
+        )
+    conn.close()
+    store = SQLiteStore(path)
+    big = b'{"new":"' + b"y" * 20_000 + b'"}'
+    try:
+        found = await store.get(KEY)
+        assert found is not None and found.data == b'{"old":1}'
+        assert await store.put(KEY, big, {}, expected_version=1) == 2
+        found = await store.get(KEY)
+        assert found is not None and found.data == big
+        with sqlite3.connect(path) as conn:  # an older proxy's write: data and version only
+            (padded,) = conn.execute("SELECT data FROM sessions").fetchone()
+            conn.execute("UPDATE sessions SET data = ?, version = 3", (padded,))
+        conn.close()
+        found = await store.get(KEY)
+        assert found is not None and found.version == 3
+        assert found.data.startswith(big) and found.data.strip() == big
+    finally:
+        await store.close()
