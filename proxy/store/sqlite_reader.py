@@ -6,12 +6,18 @@
   two thread hops cost more than the write itself (0.14 ms for a 53 KB state; the hops 0.2-0.45
   ms of CPU a request on a busy machine). It never waits: busy_timeout 0, so when another
   connection holds the write lock the caller asks the worker, which waits; and no automatic
-  checkpoint, so the WAL is copied back by the worker, off the loop (`checkpoint_due`).
+  checkpoint, so the WAL is copied back by the worker, off the loop (`checkpoint_due`), once
+  it holds 4 MB: read from the WAL index, since a state overwritten in place adds only the
+  pages it changed (`proxy.store.sqlite.padded`), or counted from the states' sizes where the
+  index cannot be read.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import struct
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -85,6 +91,20 @@ class InlineReader(_LoopConnection):
 # Bytes written inline before the worker is asked to checkpoint the WAL (SQLite's own
 # automatic checkpoint comes at 1,000 pages, about 4 MB).
 CHECKPOINT_BYTES = 4 * 2**20
+# The WAL index (the "-shm" file) begins with its header: `mxFrame`, the frames the WAL holds
+# since it last started over, is the native-endian u32 at offset 16 (sqlite.org/walformat.html).
+_MX_FRAME = struct.Struct("=I")
+_MX_FRAME_AT = 16
+_FRAME_BYTES = 4096 + 24  # a default page and its frame header
+
+
+def wal_frames(fd: int) -> int | None:
+    """The frames of the WAL whose index `fd` is open on; None when it cannot be read."""
+    try:
+        raw = os.pread(fd, _MX_FRAME.size, _MX_FRAME_AT)
+    except OSError:
+        return None
+    return _MX_FRAME.unpack(raw)[0] if len(raw) == _MX_FRAME.size else None
 
 
 class InlineWriter(_LoopConnection):
@@ -103,6 +123,8 @@ class InlineWriter(_LoopConnection):
         # and how many times it was seen to change (see `outside_writes`).
         self._data_version: int | None = None
         self._outside = 0
+        self._index: int | None = None  # the WAL index, read-only (`checkpoint_due`)
+        self._asked = False  # a checkpoint was asked for this WAL already
 
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -149,11 +171,38 @@ class InlineWriter(_LoopConnection):
         return self._outside if self._data_version is not None else None
 
     def checkpoint_due(self) -> bool:
-        """True once enough was written since the last time it said so."""
-        if self._since_checkpoint < CHECKPOINT_BYTES:
+        """True once the WAL holds `CHECKPOINT_BYTES`, then not again until it started over
+        or as much more was written (a checkpoint that another process's reader held back);
+        where the WAL index cannot be read, each time that much was written."""
+        frames = self._wal_frames()
+        if frames is None:
+            due = self._since_checkpoint >= CHECKPOINT_BYTES
+        elif frames * _FRAME_BYTES < CHECKPOINT_BYTES:
+            self._asked = False  # a WAL started over since
             return False
-        self._since_checkpoint = 0
-        return True
+        else:
+            due = not self._asked or self._since_checkpoint >= CHECKPOINT_BYTES
+        if due:
+            self._since_checkpoint = 0
+            self._asked = True
+        return due
+
+    def _wal_frames(self) -> int | None:
+        if self._index is None and sys.platform != "win32":
+            try:
+                self._index = os.open(f"{self.path}-shm", os.O_RDONLY)
+            except OSError:
+                return None
+        return None if self._index is None else wal_frames(self._index)
+
+    def close(self) -> None:
+        super().close()
+        if self._index is not None:
+            try:
+                os.close(self._index)
+            except OSError:
+                pass
+            self._index = None
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store import SessionKey, StoreError, open_store
+from proxy.store import SessionKey, StoreError, open_store, sqlite_reader
 from proxy.store.sqlite import SQLiteStore
 
 KEY = SessionKey("tenant", "session")
@@ -69,6 +69,7 @@ ROOT = Path(__file__).resolve().parents[2]
 READ_ONLY_CHECK = """
 import asyncio, sys
 from proxy.store.base import SessionKey, StoreError
+from proxy.store import sqlite_reader
 from proxy.store.sqlite import SQLiteStore
 
 async def main() -> int:
@@ -377,5 +378,45 @@ async def test_a_row_written_without_the_size_columns_is_read_whole(tmp_path: Pa
         found = await store.get(KEY)
         assert found is not None and found.version == 3
         assert found.data.startswith(big) and found.data.strip() == big
+    finally:
+        await store.close()
+
+
+async def test_the_checkpoint_is_paced_by_the_pages_the_wal_holds(tmp_path: Path) -> None:
+    """The worker is asked to checkpoint once the WAL holds 4 MB, read from its index: a
+    state overwritten in place adds only its changed pages, so 100 turns of an 80 KB state
+    (8 MB of states) ask for none, and 100 states rewritten whole ask for one each 4 MB."""
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path)
+    asked = 0
+    real_due = store._writer.checkpoint_due
+
+    def due() -> bool:
+        nonlocal asked
+        answer = real_due()
+        asked += answer
+        return answer
+
+    store._writer.checkpoint_due = due  # type: ignore[method-assign]
+    state = b'{"log":"' + b"x" * 80_000
+    try:
+        version = await store.put(KEY, state + b'"}', {}, expected_version=None)  # the worker's
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        for turn in range(100):
+            state += f"turn {turn:03} ".encode() * 20
+            version = await store.put(KEY, state + b'"}', {}, expected_version=version)
+        assert asked == 0
+        index = os.open(f"{path}-shm", os.O_RDONLY)
+        try:
+            frames = sqlite_reader.wal_frames(index)
+        finally:
+            os.close(index)
+        assert frames == await asyncio.to_thread(_wal_frames, path)  # a WAL never restarted
+        assert frames is not None and frames * 4096 < 4 * 2**20
+        for _ in range(100):  # 20 new pages each
+            version = await store.put(KEY, os.urandom(80_000), {}, expected_version=version)
+        assert 1 <= asked <= 3, asked
     finally:
         await store.close()
