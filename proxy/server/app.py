@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -224,4 +225,5 @@ def create_app(
     app.state.drain = drain
     app.state.metrics = metrics
     app.state.prices = Prices(settings.prices)  # the savings' money (proxy.compaction.prices)
+    app.state.clock = time.time  # when a request came (tests set another clock)
     return app

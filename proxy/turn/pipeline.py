@@ -71,10 +71,10 @@ class Pipeline:
         self.request = request
         self.wire = wire
         self.settings = app_state.settings
-        # When the request came (tests set `app.state.clock`): its turn record's time, and the
-        # time the prompt cache's age is measured to. Not read again at the turn's end, which
-        # comes after the answer is out, when the client may already be sending its next request.
-        self.arrived: float = getattr(app_state, "clock", time.time)()
+        # When the request came (`app.state.clock`, which tests set): its turn record's time,
+        # and the time the prompt cache's age is measured to. Not read again at the turn's end,
+        # which comes after the answer is out, when the client may be sending its next request.
+        self.arrived: float = app_state.clock()
         self._cache_cold: bool | None = None
         self.upstream: Upstream = upstream or app_state.upstream
         self.compactor: CompactorAbstract = app_state.compactor

@@ -27,6 +27,8 @@ before anyone applies it to `proxy/`. Patches:
   stages        the wall time of the request's stages (each an awaited or plain call,
                 its awaits included), summed; SIGUSR2 writes the mean per call to stderr
                 and starts afresh
+  lines         line_profiler on the functions $XUN_BENCH_LINES names (module:Qual.name,
+                comma-separated); SIGUSR2 writes their per-line times to stderr
   settlelog     every wait of a request for its session's earlier save over 0.5 ms is
                 written to stderr with its duration
 """
@@ -208,6 +210,11 @@ def _stages() -> None:
     import signal
 
     totals: dict[str, list[Any]] = {}
+    # XUN_BENCH_STAGES_CLOCK=cpu: the thread's CPU time instead (for plain calls: an awaited
+    # one would count whatever ran on the loop while it waited)
+    clock = (
+        time.thread_time if os.environ.get("XUN_BENCH_STAGES_CLOCK") == "cpu" else time.perf_counter
+    )
 
     def wrapped(name: str, fn: Any) -> Any:
         cell = totals.setdefault(name, [0.0, 0, []])
@@ -215,11 +222,11 @@ def _stages() -> None:
 
             @functools.wraps(fn)
             async def timed_async(*args: Any, **kwargs: Any) -> Any:
-                started = time.perf_counter()
+                started = clock()
                 try:
                     return await fn(*args, **kwargs)
                 finally:
-                    took = time.perf_counter() - started
+                    took = clock() - started
                     cell[0] += took
                     cell[1] += 1
                     cell[2].append(took)
@@ -228,11 +235,11 @@ def _stages() -> None:
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                took = time.perf_counter() - started
+                took = clock() - started
                 cell[0] += took
                 cell[1] += 1
                 cell[2].append(took)
@@ -264,7 +271,32 @@ def _stages() -> None:
     signal.signal(signal.SIGUSR2, dump)
 
 
+def _lines() -> None:
+    import importlib
+    import io
+    import signal
+
+    from line_profiler import LineProfiler  # a dev tool: pip install line_profiler
+
+    profiler = LineProfiler()
+    for path in filter(None, os.environ.get("XUN_BENCH_LINES", "").split(",")):
+        module_name, _, attrs = path.partition(":")
+        owner: Any = importlib.import_module(module_name)
+        *parents, last = attrs.split(".")
+        for attr in parents:
+            owner = getattr(owner, attr)
+        setattr(owner, last, profiler(getattr(owner, last)))
+
+    def dump(signum: int, frame: Any) -> None:
+        out = io.StringIO()
+        profiler.print_stats(stream=out, output_unit=1e-6)
+        print(out.getvalue(), file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGUSR2, dump)
+
+
 PATCHES = {
+    "lines": _lines,
     "stages": _stages,
     "cprofile": _cprofile,
     "gcsave": _gcsave,
