@@ -184,3 +184,35 @@ def test_the_count_follows_appends_and_cuts() -> None:
     assert len(TurnLog(log.text)) == 2
     log.keep_last(0)
     assert len(log) == 0 and log.text == ""
+
+
+def _log_end(stored: bytes) -> int:
+    """Where the turn log's JSON string ends (its closing quote) in a stored state."""
+    return stored.index(b',"state_version":') - 1
+
+
+def test_consecutive_saves_of_a_state_begin_alike() -> None:
+    """The stored form puts the view and the turn log, which turns only append to, before
+    the fields that change every turn: a turn's save repeats the one before up to what it
+    appended (what lets a store rewrite only the pages at the end)."""
+    state = SessionState()
+    messages = [{"role": "user", "content": f'message {n} "quoted"\n'} for n in range(40)]
+    state.set_view(messages)
+    for n in range(MAX_TURNS_KEPT + 10):
+        state.turn_log.append({**turn(n), "note": 'a "quote" and a \\ backslash'})
+    state.total_tokens = 999
+    before = state.to_bytes()
+
+    # The same messages again, a turn record more: all up to the log's end is kept.
+    state.turn_log.append(turn(1000))
+    state.total_tokens = 10_000  # a small field that grows by a digit
+    after = state.to_bytes()
+    assert after[: _log_end(before)] == before[: _log_end(before)]
+    assert orjson.loads(after) == state.to_dict() and SessionState.from_bytes(after) == state
+
+    # A message more: the view gains a chunk; the chunks before it are kept.
+    state.set_view([*messages, {"role": "assistant", "content": "more"}], valid=len(messages))
+    grown = state.to_bytes()
+    view_end = after.index(b'],"turn_log":')
+    assert grown[:view_end] == after[:view_end] and len(state.view or []) == 2
+    assert SessionState.from_bytes(grown) == state
