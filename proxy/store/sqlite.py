@@ -130,8 +130,9 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._purged_at = 0.0
         self._held_up = False  # the last write timed out on a lock: wait briefly only
-        # The checkpoint handed to the worker and not yet done: writes queue behind it (through
-        # the worker) meanwhile, so the WAL cannot outgrow the checkpoint on a slow machine.
+        # The checkpoint handed to the worker and not yet done (one at a time). Inline writes go
+        # on meanwhile: only its short last part holds the write lock (`checkpoint`), and a
+        # write that meets it goes to the worker, after it.
         self._checkpointing: Future[Any] | None = None
         self._closed = False
         self._reader = InlineReader(self.path)
@@ -285,7 +286,8 @@ class SQLiteStore:
             if written and version is not None:
                 if self._held_up:  # a write got through: the worker waits in full again
                     self._executor.submit(self._call, self._lock_freed)
-                if self._writer.checkpoint_due():
+                pending = self._checkpointing
+                if (pending is None or pending.done()) and self._writer.checkpoint_due():
                     # the WAL, copied off the loop
                     self._checkpointing = self._executor.submit(self._call, checkpoint)
                 return version
@@ -297,13 +299,11 @@ class SQLiteStore:
             self._set_busy_timeout(conn, self.busy_timeout)
 
     def _inline_write_allowed(self, size: int) -> bool:
-        """A small state, a store the worker has opened (the schema exists), no purge due
-        (the worker runs it, with the next write it is given) and no checkpoint pending."""
+        """A small state, a store the worker has opened (the schema exists) and no purge due
+        (the worker runs it, with the next write it is given)."""
         purge_due = self.ttl_seconds is not None and time.time() - self._purged_at >= _PURGE_EVERY
-        pending = self._checkpointing
         return (
             size <= INLINE_WRITE_MAX_BYTES
-            and (pending is None or pending.done())
             and self._conn is not None
             and not (self.read_only or self._closed or purge_due)
         )

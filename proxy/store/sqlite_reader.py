@@ -143,6 +143,10 @@ class InlineWriter(_LoopConnection):
             return False, None
         try:
             result = fn(self._open())
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):  # a held lock leaves the connection as it was
+                self.close()
+            return False, None
         except sqlite3.Error:
             self.close()
             return False, None
@@ -206,10 +210,13 @@ class InlineWriter(_LoopConnection):
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:
-    """Copy the WAL back and have the next write start it over (RESTART: writers wait, so
-    the loop's inline writes meanwhile find the lock held and go to the worker, after it);
-    a passive checkpoint racing the inline writes would never reach the WAL's end, and the
-    file would grow with every write."""
+    """Copy the WAL back, then have the next write start it over. PASSIVE first, which lets
+    the loop's inline writes go on while it copies and syncs (1.7-2 ms for a WAL of 150 turns
+    here); then RESTART, which holds the write lock (an inline write that meets it goes to the
+    worker, after it) but has only what was written meanwhile left to copy (0.3-0.5 ms). A
+    passive checkpoint alone would never catch up with steady writes, and the WAL would grow
+    with every one."""
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
 
 

@@ -262,7 +262,7 @@ def _stages() -> None:
                 p50, p90, p99 = (took[int(len(took) * q)] * 1e6 for q in (0.5, 0.9, 0.99))
                 print(
                     f"stage {name} calls={cell[1]} us={us:.1f}"
-                    f" p50={p50:.1f} p90={p90:.1f} p99={p99:.1f}",
+                    f" p50={p50:.1f} p90={p90:.1f} p99={p99:.1f} max={took[-1] * 1e6:.1f}",
                     file=sys.stderr,
                     flush=True,
                 )
