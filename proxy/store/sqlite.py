@@ -7,16 +7,12 @@ do (`proxy.store.sqlite_reader`): the read of a session's version on every reque
 WAL reader never waits), and the write of a state of up to 256 KB while the write lock is
 free (busy timeout 0; the worker checkpoints the WAL). Either goes to the worker when it
 cannot answer at once. Compare-and-set is one statement (`UPDATE ... WHERE version = ?`,
-`INSERT ... ON CONFLICT DO NOTHING`), atomic even when processes share the file. A state of
-16 KiB or more is stored padded with spaces to a size class (eight to each doubling: at most
-1/8 more), so that a turn that adds to it keeps the row's size and SQLite rewrites only the
-pages that changed instead of the whole row (`padded`); the `size` column says how much of
-it is the state, for the version `size_of` (a writer that does not know the columns leaves
-them to an older version: its row is read whole, and JSON allows trailing spaces anyway).
-Leases have their own table with a wall-clock expiry; taking one is one upsert that only
-replaces an expired row (`proxy.store.sqlite_leases`). Retention: sessions not written for
-`ttl_seconds` (and expired leases) are deleted when the store connects and then at most once
-an hour.
+`INSERT ... ON CONFLICT DO NOTHING`), atomic even when processes share the file. States of
+16 KiB or more are stored padded to a size class, so that SQLite rewrites only the pages a
+turn changed (`proxy.store.sqlite_rows`, with the table's schema). Leases have their own
+table with a wall-clock expiry; taking one is one upsert that only replaces an expired row
+(`proxy.store.sqlite_leases`). Retention: sessions not written for `ttl_seconds` (and expired
+leases) are deleted when the store connects and then at most once an hour.
 """
 
 from __future__ import annotations
@@ -52,30 +48,9 @@ from proxy.store.base import (
     new_token,
 )
 from proxy.store.sqlite_reader import InlineReader, InlineWriter, checkpoint, shrink
+from proxy.store.sqlite_rows import LIST_COLUMNS, SCHEMA, add_columns, padded, select
 
 T = TypeVar("T")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    data BLOB NOT NULL,
-    meta TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_by_time ON sessions (updated_at, id);
-CREATE INDEX IF NOT EXISTS sessions_by_tenant ON sessions (tenant, updated_at, id);
-CREATE TABLE IF NOT EXISTS leases (
-    id TEXT PRIMARY KEY,
-    token TEXT NOT NULL,
-    expires REAL NOT NULL
-) WITHOUT ROWID;
-"""
-# Columns added since the table was first created: (name, type), each added when missing.
-_ADDED_COLUMNS = (("size", "INTEGER"), ("size_of", "INTEGER"))
-_SCHEMA_VERSION = 3
 
 _PURGE_EVERY = 3600.0
 # Once a write has waited out the busy timeout (another process holds the database), the next
@@ -86,26 +61,6 @@ _HELD_UP_TIMEOUT_S = 0.1
 INLINE_WRITE_MAX_BYTES = 256 * 2**10
 # How long an idle proxy waits for the worker to drop its page cache (it is idle too).
 _RELEASE_WAIT_S = 1.0
-_STORED_SIZE = "CASE WHEN size_of = version THEN size ELSE length(data) END"
-_LIST_COLUMNS = f"id, tenant, session, meta, version, updated_at, {_STORED_SIZE}"
-# States from this size on are stored padded (`padded`).
-PAD_FROM_BYTES = 16 * 2**10
-
-
-def padded(data: bytes, limit: int | None = None) -> bytes:
-    """`data` followed by spaces up to its size class: the next size of the form m * 2^k with
-    8 <= m < 16 (at most 1/8 more, never past `limit`). States of a session that grow by a
-    turn's record keep their class for dozens of turns, and SQLite overwrites a row of the
-    same size in place, page by page, skipping the pages whose bytes did not change (a 50 KB
-    session's 81 KB state: about 5 pages written to the WAL a turn instead of 27)."""
-    size = len(data)
-    if size < PAD_FROM_BYTES:
-        return data
-    step = 1 << (size.bit_length() - 4)  # an eighth of the power of two at or below size
-    target = -(-size // step) * step
-    if limit is not None:
-        target = min(target, max(size, limit))
-    return data + b" " * (target - size)
 
 
 class SQLiteStore:
@@ -194,8 +149,8 @@ class SQLiteStore:
             if not self.read_only:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-                conn.executescript(_SCHEMA)
-                _add_columns(conn)
+                conn.executescript(SCHEMA)
+                add_columns(conn)
                 self._purge(conn)
         except BaseException:
             conn.close()
@@ -212,11 +167,11 @@ class SQLiteStore:
     # The Store protocol.
 
     async def get(self, key: SessionKey) -> StoredSession | None:
-        found = await self._run(lambda conn: _select(conn, key.id))
+        found = await self._run(lambda conn: select(conn, key.id))
         return found if found is not None and found.key == key else None
 
     async def get_by_id(self, session_id: str) -> StoredSession | None:
-        return await self._run(lambda conn: _select(conn, session_id))
+        return await self._run(lambda conn: select(conn, session_id))
 
     async def version(self, key: SessionKey) -> int | None:
         sql = "SELECT version, tenant, session FROM sessions WHERE id = ?"
@@ -336,7 +291,7 @@ class SQLiteStore:
             stamp, last_id = decode_cursor(cursor)
             where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
             args += [stamp, stamp, last_id]
-        sql = f"SELECT {_LIST_COLUMNS} FROM sessions"
+        sql = f"SELECT {LIST_COLUMNS} FROM sessions"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
@@ -411,32 +366,3 @@ class SQLiteStore:
 
 def _ttl(ttl_s: float) -> float:
     return check_ttl(ttl_s) / 1000  # whole milliseconds, at least one
-
-
-def _add_columns(conn: sqlite3.Connection) -> None:
-    """Bring a table created by an earlier version up to this one's columns (a concurrent
-    process may add them first)."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
-    for name, kind in _ADDED_COLUMNS:
-        if name not in have:
-            try:
-                conn.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
-            except sqlite3.OperationalError as exc:
-                if "duplicate column" not in str(exc):
-                    raise
-    conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-
-
-def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
-    row = conn.execute(
-        "SELECT tenant, session, data, meta, version, updated_at, size, size_of"
-        " FROM sessions WHERE id = ?",
-        (session_id,),
-    ).fetchone()
-    if row is None:
-        return None
-    tenant, session, data, meta, version, updated_at, size, size_of = row
-    state = data[:size] if size is not None and size_of == version else data  # not the padding
-    return StoredSession(
-        SessionKey(tenant, session), bytes(state), decode_meta(meta), version, updated_at
-    )
