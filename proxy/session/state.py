@@ -154,7 +154,7 @@ class SessionState:
         begin alike. The view and the turn log, its bulk and both only ever appended to between
         trims, come first, and the small fields that change every turn after them: a store
         that overwrites a state in place then rewrites the pages of what a turn added, not
-        the whole state (`proxy.store.sqlite.padded`). The turn log's JSON is kept from turn
+        the whole state (`proxy.store.sqlite_rows.padded`). The turn log's JSON is kept from turn
         to turn (`TurnLog.json`), not escaped whole again."""
         small = self.to_dict()
         view = orjson.dumps(small.pop("view"))
