@@ -8,8 +8,8 @@
   connection holds the write lock the caller asks the worker, which waits; and no automatic
   checkpoint, so the WAL is copied back by the worker, off the loop (`checkpoint_due`), once
   it holds 4 MB: read from the WAL index, since a state overwritten in place adds only the
-  pages it changed (`proxy.store.sqlite_rows.padded`), or counted from the states' sizes where the
-  index cannot be read.
+  pages it changed (`proxy.store.sqlite_rows.padded`), or counted from the states' sizes
+  where the index cannot be read.
 """
 
 from __future__ import annotations
