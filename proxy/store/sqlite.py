@@ -47,7 +47,13 @@ from proxy.store.base import (
     encode_meta,
     new_token,
 )
-from proxy.store.sqlite_reader import InlineReader, InlineWriter, checkpoint, shrink
+from proxy.store.sqlite_reader import (
+    WAL_LIMIT_BYTES,
+    InlineReader,
+    InlineWriter,
+    checkpoint,
+    shrink,
+)
 from proxy.store.sqlite_rows import LIST_COLUMNS, SCHEMA, add_columns, padded, select
 
 T = TypeVar("T")
@@ -86,8 +92,8 @@ class SQLiteStore:
         self._purged_at = 0.0
         self._held_up = False  # the last write timed out on a lock: wait briefly only
         # The checkpoint handed to the worker and not yet done (one at a time). Inline writes go
-        # on meanwhile: only its short last part holds the write lock (`checkpoint`), and a
-        # write that meets it goes to the worker, after it.
+        # on meanwhile, up to `WAL_LIMIT_BYTES` in the WAL: only its short last part holds the
+        # write lock (`checkpoint`), and a write that meets it goes to the worker, after it.
         self._checkpointing: Future[Any] | None = None
         self._closed = False
         self._reader = InlineReader(self.path)
@@ -254,9 +260,15 @@ class SQLiteStore:
             self._set_busy_timeout(conn, self.busy_timeout)
 
     def _inline_write_allowed(self, size: int) -> bool:
-        """A small state, a store the worker has opened (the schema exists) and no purge due
-        (the worker runs it, with the next write it is given)."""
+        """A small state, a store the worker has opened (the schema exists), no purge due
+        (the worker runs it, with the next write it is given), and unless a checkpoint is
+        running, a WAL under `WAL_LIMIT_BYTES`."""
         purge_due = self.ttl_seconds is not None and time.time() - self._purged_at >= _PURGE_EVERY
+        pending = self._checkpointing
+        if pending is not None and not pending.done():
+            held = self._writer.wal_bytes()
+            if held is None or held >= WAL_LIMIT_BYTES:
+                return False
         return (
             size <= INLINE_WRITE_MAX_BYTES
             and self._conn is not None

@@ -91,6 +91,9 @@ class InlineReader(_LoopConnection):
 # Bytes written inline before the worker is asked to checkpoint the WAL (SQLite's own
 # automatic checkpoint comes at 1,000 pages, about 4 MB).
 CHECKPOINT_BYTES = 4 * 2**20
+# While a checkpoint runs, inline writes go on until the WAL holds this much; then they go to
+# the worker, after it, so that writes faster than it can finish do not grow the WAL further.
+WAL_LIMIT_BYTES = CHECKPOINT_BYTES * 3 // 2
 # The WAL index (the "-shm" file) begins with its header: `mxFrame`, the frames the WAL holds
 # since it last started over, is the native-endian u32 at offset 16 (sqlite.org/walformat.html).
 _MX_FRAME = struct.Struct("=I")
@@ -175,21 +178,29 @@ class InlineWriter(_LoopConnection):
         return self._outside if self._data_version is not None else None
 
     def checkpoint_due(self) -> bool:
-        """True once the WAL holds `CHECKPOINT_BYTES`, then not again until it started over
-        or as much more was written (a checkpoint that another process's reader held back);
-        where the WAL index cannot be read, each time that much was written."""
-        frames = self._wal_frames()
-        if frames is None:
+        """True once the WAL holds `CHECKPOINT_BYTES`; then again only when it did not start
+        over after that checkpoint and holds `WAL_LIMIT_BYTES`, or as much more was written
+        (a checkpoint that another process's reader held back, or that could not restart
+        the WAL). Where the WAL index cannot be read, each time that much was written. The
+        caller asks for one checkpoint at a time."""
+        held = self.wal_bytes()
+        if held is None:
             due = self._since_checkpoint >= CHECKPOINT_BYTES
-        elif frames * _FRAME_BYTES < CHECKPOINT_BYTES:
+        elif held < CHECKPOINT_BYTES:
             self._asked = False  # a WAL started over since
             return False
         else:
-            due = not self._asked or self._since_checkpoint >= CHECKPOINT_BYTES
+            again = held >= WAL_LIMIT_BYTES or self._since_checkpoint >= CHECKPOINT_BYTES
+            due = not self._asked or again
         if due:
             self._since_checkpoint = 0
             self._asked = True
         return due
+
+    def wal_bytes(self) -> int | None:
+        """What the WAL holds since it last started over, from its index; None when unknown."""
+        frames = self._wal_frames()
+        return None if frames is None else frames * _FRAME_BYTES
 
     def _wal_frames(self) -> int | None:
         if self._index is None and sys.platform != "win32":
@@ -220,4 +231,4 @@ def checkpoint(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
 
 
-__all__ = ["InlineReader", "InlineWriter", "checkpoint", "shrink"]
+__all__ = ["WAL_LIMIT_BYTES", "InlineReader", "InlineWriter", "checkpoint", "shrink"]
