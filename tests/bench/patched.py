@@ -24,11 +24,15 @@ before anyone applies it to `proxy/`. Patches:
                 turn log inside the state on every request costs
   cprofile      the event loop's thread runs under cProfile; SIGUSR2 writes its stats to
                 $XUN_BENCH_PROFILE (a pstats file) and starts counting afresh
-  stages        the wall time of the request's stages (each an awaited or plain call,
-                its awaits included), summed; SIGUSR2 writes the mean per call to stderr
-                and starts afresh
+  stages        the time of each of the request's stages (`STAGES`: an awaited call counts
+                its awaits), wall clock, or the thread's CPU with XUN_BENCH_STAGES_CLOCK=cpu;
+                SIGUSR2 writes each stage's mean, percentiles and max to stderr and starts
+                afresh
   lines         line_profiler on the functions $XUN_BENCH_LINES names (module:Qual.name,
-                comma-separated); SIGUSR2 writes their per-line times to stderr
+                comma-separated); SIGUSR2 writes their per-line times since start to stderr
+
+`python -m tests.bench.profile_proxy --report stages` (or `lines`, `cprofile`) runs the
+load and sends the signals.
   settlelog     every wait of a request for its session's earlier save over 0.5 ms is
                 written to stderr with its duration
 """
@@ -203,9 +207,20 @@ STAGES = (
 )
 
 
+def _replace(path: str, wrap: Any) -> None:
+    """Replace the function `module:Qual.name` names with `wrap(function)`."""
+    import importlib
+
+    module_name, _, attrs = path.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    *parents, last = attrs.split(".")
+    for attr in parents:
+        owner = getattr(owner, attr)
+    setattr(owner, last, wrap(getattr(owner, last)))
+
+
 def _stages() -> None:
     import functools
-    import importlib
     import inspect
     import signal
 
@@ -247,12 +262,7 @@ def _stages() -> None:
         return timed
 
     for path in STAGES:
-        module_name, _, attrs = path.partition(":")
-        owner: Any = importlib.import_module(module_name)
-        *parents, last = attrs.split(".")
-        for attr in parents:
-            owner = getattr(owner, attr)
-        setattr(owner, last, wrapped(path.rsplit(":", 1)[1], getattr(owner, last)))
+        _replace(path, lambda fn, path=path: wrapped(path.rsplit(":", 1)[1], fn))
 
     def dump(signum: int, frame: Any) -> None:
         for name, cell in totals.items():
@@ -272,7 +282,6 @@ def _stages() -> None:
 
 
 def _lines() -> None:
-    import importlib
     import io
     import signal
 
@@ -280,12 +289,7 @@ def _lines() -> None:
 
     profiler = LineProfiler()
     for path in filter(None, os.environ.get("XUN_BENCH_LINES", "").split(",")):
-        module_name, _, attrs = path.partition(":")
-        owner: Any = importlib.import_module(module_name)
-        *parents, last = attrs.split(".")
-        for attr in parents:
-            owner = getattr(owner, attr)
-        setattr(owner, last, profiler(getattr(owner, last)))
+        _replace(path, profiler)
 
     def dump(signum: int, frame: Any) -> None:
         out = io.StringIO()

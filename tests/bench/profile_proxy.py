@@ -1,11 +1,17 @@
-"""Profile xun-proxy under load with py-spy: where does the per-request time go?
+"""Profile xun-proxy under load: where does the per-request time go?
 
     python -m tests.bench.profile_proxy --size 50KB --target xun-session --seconds 15
+    python -m tests.bench.profile_proxy --report stages [--cpu]
+    python -m tests.bench.profile_proxy --report lines --lines-of proxy.turn.pipeline:Pipeline.open
+    python -m tests.bench.profile_proxy --report cprofile
 
-Starts the fast upstream and `python -m proxy serve` (SQLite store), samples the proxy with
-`py-spy record --format raw` while one client sends the overhead benchmark's request in a
-loop, and prints the functions with the largest inclusive and exclusive share of samples.
-py-spy comes from PyPI (`pip install py-spy`); it is a dev tool, not a dependency.
+Starts the fast upstream and `python -m proxy serve` (SQLite store) and has one client send
+the overhead benchmark's request in a loop. By default it samples the proxy with `py-spy
+record --format raw` and prints the functions with the largest inclusive and exclusive share
+of samples. With `--report`, the proxy runs with that bench patch (`tests.bench.patched`) and
+is asked for its figures after the load: each stage's time (`stages`, wall clock or with
+`--cpu` the loop thread's CPU), line by line (`lines`), or cProfile's (`cprofile`). py-spy and
+line_profiler come from PyPI; they are dev tools, not dependencies.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
+import pstats
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -73,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxy-python", default=sys.executable)
     parser.add_argument("--patches", default="", help="experimental patches (tests.bench.patched)")
     parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
+    parser.add_argument("--report", choices=["py-spy", "stages", "lines", "cprofile"])
+    parser.add_argument("--cpu", action="store_true", help="stages: the thread's CPU time")
+    parser.add_argument("--lines-of", default="", help="lines: module:Qual.name,...")
     args = parser.parse_args(argv)
+    if args.report not in (None, "py-spy"):
+        return patched_report(args)
     if shutil.which("py-spy") is None:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 2
@@ -154,6 +168,62 @@ def main(argv: list[str] | None = None) -> int:
     print(table(["function", "samples", "%"], inc))
     print_header("Exclusive (share of busy samples in the function itself)")
     print(table(["function", "samples", "%"], exc))
+    return 0
+
+
+def patched_report(args: argparse.Namespace) -> int:
+    """The load with a bench patch that reports on SIGUSR2 (`tests.bench.patched`)."""
+    scratch = run_dir(f"profile-{args.report}")
+    os.environ["XUN_BENCH_PROFILE"] = str(scratch / "proxy.pstats")
+    os.environ["XUN_BENCH_LINES"] = args.lines_of
+    os.environ["XUN_BENCH_STAGES_CLOCK"] = "cpu" if args.cpu else "wall"
+    patches = ",".join(filter(None, [args.patches, args.report]))
+    upstream = fast_upstream(scratch)
+    proxy = xun_proxy(
+        "xun-proxy",
+        upstream.url + "/v1",
+        scratch,
+        python=args.proxy_python,
+        patches=patches,
+        store=args.store or f"sqlite:///{scratch / 'xun.db'}",
+        token_threshold=10**9,
+    )
+    messages = history(*SIZES[args.size])
+    payload = orjson.dumps(body(messages, stream=args.stream))
+    threshold = compaction_threshold(messages)
+    session = {"xun-pass": None, "xun-session": "worker", "xun-compact": "request"}[args.target]
+    common: dict[str, Any] = {"stream": args.stream, "concurrency": args.concurrency}
+    log = scratch / "xun-proxy.log"
+    with running([upstream, proxy]):
+        upstream.start()
+        upstream.wait_ready("/health")
+        proxy.start()
+        proxy.wait_ready("/healthz")
+        assert proxy.proc is not None
+        target = Target(args.target, proxy.url, session=session)
+        load = {"target": target, "payload": payload, "threshold": threshold, **common}
+        asyncio.run(run_slice(seconds=2.0, cell="warm", samples=None, **load))
+        proxy.proc.send_signal(signal.SIGUSR2)  # the warm-up's figures, left out
+        time.sleep(1.0)
+        mark = len(log.read_bytes())
+        samples = Samples()
+        asyncio.run(run_slice(seconds=args.seconds, cell="prof", samples=samples, **load))
+        time.sleep(0.5)
+        proxy.proc.send_signal(signal.SIGUSR2)
+        time.sleep(1.5)
+        text = log.read_bytes()[mark:].decode("utf-8", "replace")
+    latency = sorted(samples.latency)
+    n = len(latency)
+    p50, p99 = latency[n // 2], latency[int(n * 0.99)]
+    print(f"{n} requests, {n / samples.wall:.1f}/s, p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+    if args.report == "cprofile":
+        pstats.Stats(str(scratch / "proxy.pstats")).sort_stats("cumulative").print_stats(40)
+        return 0
+    for line in text.splitlines():
+        if args.report == "lines" and not line.startswith("{"):
+            print(line)
+        elif line.startswith("stage "):
+            print(line)
     return 0
 
 
