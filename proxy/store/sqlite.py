@@ -247,8 +247,7 @@ class SQLiteStore:
             if written and version is not None:
                 if self._held_up:  # a write got through: the worker waits in full again
                     self._executor.submit(self._call, self._lock_freed)
-                pending = self._checkpointing
-                if (pending is None or pending.done()) and self._writer.checkpoint_due():
+                if not self._checkpoint_running() and self._writer.checkpoint_due():
                     # the WAL, copied off the loop
                     self._checkpointing = self._executor.submit(self._call, checkpoint)
                 return version
@@ -259,13 +258,15 @@ class SQLiteStore:
             self._held_up = False
             self._set_busy_timeout(conn, self.busy_timeout)
 
+    def _checkpoint_running(self) -> bool:
+        return self._checkpointing is not None and not self._checkpointing.done()
+
     def _inline_write_allowed(self, size: int) -> bool:
         """A small state, a store the worker has opened (the schema exists), no purge due
         (the worker runs it, with the next write it is given), and unless a checkpoint is
         running, a WAL under `WAL_LIMIT_BYTES`."""
         purge_due = self.ttl_seconds is not None and time.time() - self._purged_at >= _PURGE_EVERY
-        pending = self._checkpointing
-        if pending is not None and not pending.done():
+        if self._checkpoint_running():
             held = self._writer.wal_bytes()
             if held is None or held >= WAL_LIMIT_BYTES:
                 return False

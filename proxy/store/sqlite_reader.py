@@ -199,16 +199,13 @@ class InlineWriter(_LoopConnection):
 
     def wal_bytes(self) -> int | None:
         """What the WAL holds since it last started over, from its index; None when unknown."""
-        frames = self._wal_frames()
-        return None if frames is None else frames * _FRAME_BYTES
-
-    def _wal_frames(self) -> int | None:
         if self._index is None and sys.platform != "win32":
             try:
                 self._index = os.open(f"{self.path}-shm", os.O_RDONLY)
             except OSError:
                 return None
-        return None if self._index is None else wal_frames(self._index)
+        frames = None if self._index is None else wal_frames(self._index)
+        return None if frames is None else frames * _FRAME_BYTES
 
     def close(self) -> None:
         super().close()

@@ -224,7 +224,7 @@ def _stages() -> None:
     import inspect
     import signal
 
-    totals: dict[str, list[Any]] = {}
+    taken: dict[str, list[float]] = {}  # each call's time, by stage
     # XUN_BENCH_STAGES_CLOCK=cpu: the thread's CPU time instead (for plain calls: an awaited
     # one would count whatever ran on the loop while it waited)
     clock = (
@@ -232,7 +232,7 @@ def _stages() -> None:
     )
 
     def wrapped(name: str, fn: Any) -> Any:
-        cell = totals.setdefault(name, [0.0, 0, []])
+        times = taken.setdefault(name, [])
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -241,10 +241,7 @@ def _stages() -> None:
                 try:
                     return await fn(*args, **kwargs)
                 finally:
-                    took = clock() - started
-                    cell[0] += took
-                    cell[1] += 1
-                    cell[2].append(took)
+                    times.append(clock() - started)
 
             return timed_async
 
@@ -254,10 +251,7 @@ def _stages() -> None:
             try:
                 return fn(*args, **kwargs)
             finally:
-                took = clock() - started
-                cell[0] += took
-                cell[1] += 1
-                cell[2].append(took)
+                times.append(clock() - started)
 
         return timed
 
@@ -265,18 +259,18 @@ def _stages() -> None:
         _replace(path, lambda fn, path=path: wrapped(path.rsplit(":", 1)[1], fn))
 
     def dump(signum: int, frame: Any) -> None:
-        for name, cell in totals.items():
-            if cell[1]:
-                us = cell[0] / cell[1] * 1e6
-                took = sorted(cell[2])
+        for name, times in taken.items():
+            if times:
+                took = sorted(times)
+                us = sum(took) / len(took) * 1e6
                 p50, p90, p99 = (took[int(len(took) * q)] * 1e6 for q in (0.5, 0.9, 0.99))
                 print(
-                    f"stage {name} calls={cell[1]} us={us:.1f}"
+                    f"stage {name} calls={len(took)} us={us:.1f}"
                     f" p50={p50:.1f} p90={p90:.1f} p99={p99:.1f} max={took[-1] * 1e6:.1f}",
                     file=sys.stderr,
                     flush=True,
                 )
-            cell[0], cell[1], cell[2] = 0.0, 0, []
+            times.clear()
 
     signal.signal(signal.SIGUSR2, dump)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import pstats
 import shutil
@@ -26,6 +27,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -92,46 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 2
     scratch = run_dir("profile")
-    upstream = fast_upstream(scratch)
-    proxy = xun_proxy(
-        "xun-proxy",
-        upstream.url + "/v1",
-        scratch,
-        python=args.proxy_python,
-        patches=args.patches,
-        store=args.store or f"sqlite:///{scratch / 'xun.db'}",
-        token_threshold=10**9,
-    )
-    messages = history(*SIZES[args.size])
-    payload = orjson.dumps(body(messages, stream=args.stream))
-    threshold = compaction_threshold(messages)
-    session = {"xun-pass": None, "xun-session": "worker", "xun-compact": "request"}[args.target]
-    with running([upstream, proxy]):
-        upstream.start()
-        upstream.wait_ready("/health")
-        proxy.start()
-        proxy.wait_ready("/healthz")
-        assert proxy.proc is not None
-        target = Target(args.target, proxy.url, session=session)
-        common: dict[str, Any] = {"stream": args.stream, "concurrency": args.concurrency}
-        asyncio.run(
-            run_slice(
-                target,
-                payload,
-                seconds=1.0,
-                cell="warm",
-                threshold=threshold,
-                samples=None,
-                **common,
-            )
-        )
+    with _serving(args, scratch, args.patches) as (proxy, load):
+        asyncio.run(run_slice(seconds=1.0, cell="warm", samples=None, **load))
         out = scratch / "profile.txt"
         spy = subprocess.Popen(
             [
                 "py-spy",
                 "record",
                 "--pid",
-                str(proxy.proc.pid),
+                str(proxy.pid),
                 "--format",
                 "raw",
                 "--rate",
@@ -149,17 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         time.sleep(1.0)
         samples = Samples()
-        asyncio.run(
-            run_slice(
-                target,
-                payload,
-                seconds=args.seconds - 2,
-                cell="prof",
-                threshold=threshold,
-                samples=samples,
-                **common,
-            )
-        )
+        asyncio.run(run_slice(seconds=args.seconds - 2, cell="prof", samples=samples, **load))
         spy.wait(timeout=args.seconds + 30)
     inc, exc, total = top(out.read_text())
     n = len(samples.latency)
@@ -171,13 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def patched_report(args: argparse.Namespace) -> int:
-    """The load with a bench patch that reports on SIGUSR2 (`tests.bench.patched`)."""
-    scratch = run_dir(f"profile-{args.report}")
-    os.environ["XUN_BENCH_PROFILE"] = str(scratch / "proxy.pstats")
-    os.environ["XUN_BENCH_LINES"] = args.lines_of
-    os.environ["XUN_BENCH_STAGES_CLOCK"] = "cpu" if args.cpu else "wall"
-    patches = ",".join(filter(None, [args.patches, args.report]))
+@contextlib.contextmanager
+def _serving(
+    args: argparse.Namespace, scratch: Path, patches: str
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
+    """The fast upstream and the proxy (with `patches`), running: the proxy's process and the
+    keyword arguments of `run_slice` for the load `args` asks for."""
     upstream = fast_upstream(scratch)
     proxy = xun_proxy(
         "xun-proxy",
@@ -189,27 +150,42 @@ def patched_report(args: argparse.Namespace) -> int:
         token_threshold=10**9,
     )
     messages = history(*SIZES[args.size])
-    payload = orjson.dumps(body(messages, stream=args.stream))
-    threshold = compaction_threshold(messages)
     session = {"xun-pass": None, "xun-session": "worker", "xun-compact": "request"}[args.target]
-    common: dict[str, Any] = {"stream": args.stream, "concurrency": args.concurrency}
-    log = scratch / "xun-proxy.log"
     with running([upstream, proxy]):
         upstream.start()
         upstream.wait_ready("/health")
         proxy.start()
         proxy.wait_ready("/healthz")
         assert proxy.proc is not None
-        target = Target(args.target, proxy.url, session=session)
-        load = {"target": target, "payload": payload, "threshold": threshold, **common}
+        yield (
+            proxy.proc,
+            {
+                "target": Target(args.target, proxy.url, session=session),
+                "payload": orjson.dumps(body(messages, stream=args.stream)),
+                "threshold": compaction_threshold(messages),
+                "stream": args.stream,
+                "concurrency": args.concurrency,
+            },
+        )
+
+
+def patched_report(args: argparse.Namespace) -> int:
+    """The load with a bench patch that reports on SIGUSR2 (`tests.bench.patched`)."""
+    scratch = run_dir(f"profile-{args.report}")
+    os.environ["XUN_BENCH_PROFILE"] = str(scratch / "proxy.pstats")
+    os.environ["XUN_BENCH_LINES"] = args.lines_of
+    os.environ["XUN_BENCH_STAGES_CLOCK"] = "cpu" if args.cpu else "wall"
+    patches = ",".join(filter(None, [args.patches, args.report]))
+    log = scratch / "xun-proxy.log"
+    with _serving(args, scratch, patches) as (proxy, load):
         asyncio.run(run_slice(seconds=2.0, cell="warm", samples=None, **load))
-        proxy.proc.send_signal(signal.SIGUSR2)  # the warm-up's figures, left out
+        proxy.send_signal(signal.SIGUSR2)  # the warm-up's figures, left out
         time.sleep(1.0)
         mark = len(log.read_bytes())
         samples = Samples()
         asyncio.run(run_slice(seconds=args.seconds, cell="prof", samples=samples, **load))
         time.sleep(0.5)
-        proxy.proc.send_signal(signal.SIGUSR2)
+        proxy.send_signal(signal.SIGUSR2)
         time.sleep(1.5)
         text = log.read_bytes()[mark:].decode("utf-8", "replace")
     latency = sorted(samples.latency)
