@@ -1,6 +1,7 @@
 """`xun-proxy serve --help` agrees with the settings (issue 29): every flag of the settings is
 there, and each help text names the default `Settings` really has, read from `Settings`
-itself (not a copy of the text), and the README's configuration table lists the same flags.
+itself (not a copy of the text), and the configuration table (docs/configuration.md) lists the
+same flags.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from proxy.compaction.windows import CAP_WINDOW_SHARE, DEFAULT_WINDOW_SHARE
 from proxy.setting_values import OPTIONS
 from proxy.settings import Settings, default_store_url
 
-README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+CONFIGURATION = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text(
+    encoding="utf-8"
+)
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -77,16 +80,16 @@ def test_help_names_the_settings_defaults() -> None:
 
 
 def test_readme_table_agrees_with_the_help() -> None:
-    """Each flag's README row names the same default as its help."""
+    """Each flag's row in the configuration table names the same default as its help."""
     rows = {}
-    for row in (line for line in README.splitlines() if line.startswith("| `--")):
+    for row in (line for line in CONFIGURATION.splitlines() if line.startswith("| `--")):
         flags_cell = row.split("|")[1]
         for flag in re.findall(r"`(--[a-z-]+)", flags_cell):
             rows[flag] = row
     for flag in helps():
         if flag in ("-h",):
             continue
-        assert flag in rows, f"{flag} is not in the README's configuration table"
+        assert flag in rows, f"{flag} is not in docs/configuration.md's table"
     for name in default("session_headers"):  # type: ignore[attr-defined]
         assert f"`{name}`" in rows["--session-header"]
     assert "redis://" in rows["--store"]

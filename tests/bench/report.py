@@ -1,9 +1,10 @@
-"""Render the JSON results into the generated blocks of BENCHMARKS.md.
+"""Render the JSON results into the generated blocks of BENCHMARKS.md and its lab notes.
 
     python -m tests.bench.report
 
-Each block sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`; the text around the
-blocks (method, analysis) is written by hand and left alone.
+Each block sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, in BENCHMARKS.md (the
+headline table, `tests.bench.headline`) or in a page of docs/bench/; the text around the blocks
+(method, analysis) is written by hand and left alone.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tests.bench import field_phases
+from tests.bench import field_phases, headline
 from tests.bench.cache_writes import block as cache_writes_block
 from tests.bench.common import ROOT, read_result, table
 from tests.bench.trail import report_block as trail_block
 
-DOC = ROOT / "BENCHMARKS.md"
+DOCS = (ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs" / "bench").glob("*.md")))
 TARGET_ORDER = ("direct", "xun-pass", "xun-session", "xun-compact", "litellm", "headroom")
 
 
@@ -635,6 +636,7 @@ def wires_block(name: str = "wires") -> str:
 
 
 BLOCKS = {
+    "headline": headline.render,
     "machine": machine_block,
     "overhead": overhead_block,
     "economy": economy_block,
@@ -650,17 +652,18 @@ BLOCKS = {
 
 
 def update() -> None:
-    text = DOC.read_text()
-    for name, render in BLOCKS.items():
-        pattern = re.compile(
-            rf"(<!-- bench:{name} -->\n)(?:.*?\n)?(<!-- /bench:{name} -->)", re.DOTALL
-        )
-        if not pattern.search(text):
-            continue
-        body = render()
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
-    DOC.write_text(text)
-    print(f"updated {DOC}")
+    for doc in DOCS:
+        text = doc.read_text()
+        for name, render in BLOCKS.items():
+            pattern = re.compile(
+                rf"(<!-- bench:{name} -->\n)(?:.*?\n)?(<!-- /bench:{name} -->)", re.DOTALL
+            )
+            if not pattern.search(text):
+                continue
+            body = render()
+            text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
+        doc.write_text(text)
+        print(f"updated {doc}")
 
 
 if __name__ == "__main__":
