@@ -99,7 +99,7 @@ def overhead_rows(runs: Runs) -> Iterator[list[str]]:
         "Added latency, 50 KB history, 1 request at a time: p50 / p99 ms over direct",
         lambda p: f"{_added(c1[p]['p50'], d['p50'])} / {_added(c1[p]['p99'], d['p99'])}",
     )
-    yield row("CPU a request at 1 request at a time, us", lambda p: f"{c1[p]['cpu_us']:,}")
+    yield row("CPU per request, 1 request at a time: us", lambda p: f"{c1[p]['cpu_us']:,}")
     yield row(
         "Throughput, 50 KB, 16 connections: req/s (x LiteLLM's)",
         lambda p: f"{_num(tp[p]['rps'], 1)} ({tp[p]['rps'] / tp['litellm']['rps']:.1f}x)",
