@@ -15,7 +15,10 @@ from proxy.setting_values import BUILTIN_COMPACTORS, OPTIONS
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 CONFIGURATION = ROOT / "docs" / "configuration.md"
-DOCUMENTS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCUMENTS = [
+    *(ROOT / name for name in ("README.md", "BENCHMARKS.md", "SECURITY.md")),
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
