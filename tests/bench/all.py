@@ -3,7 +3,7 @@ headline table) and of the lab notes in docs/bench/.
 
     python -m tests.bench.all                 # overhead, wires, economy, scale; charts + report
     python -m tests.bench.all --quick         # the quick variants (results saved as *-quick)
-    python -m tests.bench.all --report-only   # charts + BENCHMARKS.md and docs/bench/ from the saved JSON
+    python -m tests.bench.all --report-only   # charts + BENCHMARKS.md, docs/bench/ from saved JSON
 
 The full run takes about 45 minutes on 2 cores (overhead ~15, wires ~5, economy ~20, scale
 ~5); it is run by hand, not by CI. Each step runs in its own process, one after the other,
