@@ -97,6 +97,24 @@ def test_coverage_given_as_shares_reads_as_percentages() -> None:
         headline.coverage_cell({"totals": {"seen": 3}})
 
 
+def test_coverage_as_the_lookback_bench_writes_it_reads_the_plain_replay() -> None:
+    def tally(visible: int, read: int, search: int, unreachable: int) -> dict[str, object]:
+        total = visible + read + search + unreachable
+        counts = {"visible": visible, "read": read, "search": search, "unreachable": unreachable}
+        return {"literals": total, **counts, "pct": {"visible": 0.0}, "ex": ["x_y_z"]}
+
+    data = {
+        "threshold": 32000,
+        "wires_detail": {"chat": {"total": {"plain": tally(1, 1, 1, 1)}}},
+        "all_wires": {"plain": tally(180, 10, 6, 4), "look": tally(190, 10, 0, 0)},
+        "targets": {"plain": {"visible": {"target": 92.0, "got": 90.0}}},
+    }
+    assert headline.coverage_cell(data) == (
+        "visible 90.0 % / one read away 5.0 % / one search away 3.0 % / unreachable 2.0 %"
+        " of 200 literals"
+    )
+
+
 def test_the_readme_quotes_no_figure_and_links_to_the_headline() -> None:
     readme = (ROOT / "README.md").read_text()
     assert FIGURE.findall(readme) == []

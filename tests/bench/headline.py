@@ -216,8 +216,16 @@ COVERAGE_KINDS = (("visible", "visible"), ("read", "one read away"), ("search", 
 
 
 def coverage_cell(data: dict[str, Any]) -> str:
-    """`visible a % / one read away b % / one search away c % / unreachable d %` of n literals."""
-    counts = _find_counts(data)
+    """`visible a % / one read away b % / one search away c % / unreachable d %` of n literals.
+
+    `tests.bench.lookback` writes the counts over every wire under `all_wires`, for the replay
+    model that never looks back (`plain`) and the one that does (`look`): `plain` is read, as
+    the coverage of what compaction left. Any other shape is searched for the first dict that
+    holds `visible` ... `unreachable` (a `total*` key first).
+    """
+    wires = data.get("all_wires")
+    plain = wires.get("plain") if isinstance(wires, dict) else None
+    counts = _find_counts(plain if isinstance(plain, dict) else data)
     if counts is None:
         raise ValueError("no counts of visible ... unreachable in the coverage results")
 
@@ -251,8 +259,10 @@ def coverage_rows(runs: Runs) -> Iterator[list[str]]:
     loaded = {p.stem: runs.load(p.stem) for p in files}
     name = max(loaded, key=lambda n: str((loaded[n].get("machine") or {}).get("date", "")))
     data = loaded[name]
+    threshold = data.get("threshold")
+    at = f", threshold {threshold}" if threshold else ""
     yield [
-        "Future-reference coverage: the literals the next action uses",
+        f"Future-reference coverage: the literals the next action uses{at}",
         coverage_cell(data),
         "-",
         "-",
