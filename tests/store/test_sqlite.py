@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store import SessionKey, StoreError, open_store, sqlite_reader
+from proxy.store import SessionKey, SessionTooLarge, StoreError, open_store, sqlite_reader
 from proxy.store.sqlite import SQLiteStore
 
 KEY = SessionKey("tenant", "session")
@@ -346,6 +346,33 @@ async def test_a_growing_state_is_rewritten_only_where_it_changed(tmp_path: Path
         assert [info.size for info in (await store.list())[0]] == [len(state) + 2]
     finally:
         await store.close()
+
+
+async def test_padding_never_takes_a_row_past_the_size_cap(tmp_path: Path) -> None:
+    """States from 16 KiB up are padded to their size class (steps of 2 KiB between 16 and
+    32 KiB), but a row never holds more than `max_session_bytes`: near the cap the padding
+    stops at it, and a state of the cap's size is stored as it is."""
+    cap = 20_000
+    path = tmp_path / "sessions.db"
+    store = SQLiteStore(path, max_session_bytes=cap)
+    # size -> the row's length: 17,000 pads to 9 x 2,048 = 18,432; 19,000 and up would pad
+    # to 10 x 2,048 = 20,480, over the cap, so they stop at 20,000.
+    expected = {16_384: 16_384, 17_000: 18_432, 19_000: 20_000, 19_999: 20_000, 20_000: 20_000}
+    try:
+        for n, size in enumerate(expected):
+            state = b'{"log":"' + b"x" * (size - 10) + b'"}'
+            assert len(state) == size
+            await store.put(SessionKey("tenant", f"s{n}"), state, {}, expected_version=None)
+            found = await store.get(SessionKey("tenant", f"s{n}"))
+            assert found is not None and found.data == state
+        with pytest.raises(SessionTooLarge):
+            await store.put(SessionKey("t", "over"), b"x" * (cap + 1), {}, expected_version=None)
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        rows = dict(conn.execute("SELECT session, length(data) FROM sessions").fetchall())
+    conn.close()
+    assert rows == {f"s{n}": length for n, length in enumerate(expected.values())}
 
 
 async def test_a_row_written_without_the_size_columns_is_read_whole(tmp_path: Path) -> None:
