@@ -84,7 +84,8 @@ def test_sqlite_locked_by_another_connection(
             locked_latency.append(time.monotonic() - started)
         assert sqlite_rows(db)[0][0] == version  # nothing was written meanwhile
         assert locked_latency[0] < 1, locked_latency  # the answer did not wait for the write
-        assert max(locked_latency) < SETTLE_WAIT_S + 1, locked_latency
+        # At most the settle wait (1 s), never SQLite's 5 s busy timeout.
+        assert max(locked_latency) < SETTLE_WAIT_S + 3, locked_latency
     finally:
         holder.rollback() if holder.in_transaction else None
         holder.close()
