@@ -15,11 +15,12 @@ import httpx
 import pytest
 
 from proxy.cli import main
-from proxy.compaction.prices import Prices
 from tests.support.agent import TOOLS, Agent, ModelScript, is_summary_request
 from tests.support.claude_model import ReadFilesModel
 from tests.support.fake_messages import FakeMessages
-from tests.support.fake_upstream import FakeUpstream, count_prompt_tokens
+from tests.support.fake_messages import Turn as MessagesTurn
+from tests.support.fake_responses import Turn as ResponsesTurn
+from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.support.wire_sessions import (
     MESSAGES_MODEL,
     MESSAGES_SYSTEM,
@@ -184,11 +185,8 @@ def test_a_messages_session_with_a_prompt_cache_against_its_direct_bills() -> No
     )
     direct_read = sum(u["cache_read_input_tokens"] for u in direct_bills)
     direct_written = sum(u["cache_creation_input_tokens"] for u in direct_bills)
-    price = Prices()(MESSAGES_MODEL)
-    assert price is not None
-    direct_cost = price.prompt(direct_prompt, direct_read, direct_written)
     totals = report["totals"]
-    print("direct", direct_prompt, direct_read, direct_written, direct_cost, "report", totals)
+    print("direct", direct_prompt, direct_read, direct_written, "report", totals)
     assert model.extracted and model.proxy_summaries  # an extract round, summary calls
     assert totals["requests"] == len(paths)
     assert totals["prompt_tokens_sent"] == billed  # requests, the extract round, summaries
@@ -198,7 +196,128 @@ def test_a_messages_session_with_a_prompt_cache_against_its_direct_bills() -> No
     assert abs(totals["tokens_saved"] - saved) <= 0.15 * abs(saved)
     assert abs(totals["cache_read_tokens_direct"] - direct_read) <= 0.15 * direct_read
     assert abs(totals["cache_write_tokens_direct"] - direct_written) <= 0.15 * direct_written
-    assert abs(totals["cost_direct"] - direct_cost) <= 0.15 * direct_cost
+    # Its money is checked against figures worked out by hand: `test_money_on_every_wire...`.
+
+
+# Two turns of one session on each wire, nothing compacted (the threshold is far off), the
+# client only appending between them. Each upstream answer reports (scripted below):
+#   turn 1: 10,000 prompt tokens, 0 read from the cache, 8,000 written into it (2,000 neither);
+#   turn 2: 12,000 prompt tokens, 8,000 read, 3,000 written (1,000 neither).
+# Messages reports the three parts apart (its `input_tokens` is the part neither read nor
+# written); Chat and Responses report the whole prompt with the read and written parts in it.
+SCRIPTED = [(10_000, 0, 8_000), (12_000, 8_000, 3_000)]
+# The direct side (proxy.session.savings): the client's request is what the proxy sent, so
+# its prompt is what was billed: 10,000, then 12,000. Turn 1 reads nothing (no earlier
+# request); its writes take this turn's written share of the uncached prompt, 8,000 / 10,000:
+# 8,000. Turn 2 only appended to a session whose upstream caches: turn 1's direct request,
+# 10,000, is read (capped at this turn's 12,000), and the written share, 3,000 / (12,000 -
+# 8,000) = 0.75, of the 2,000 left: 1,500.
+#   sent:   prompt 22,000, read 8,000,  written 11,000
+#   direct: prompt 22,000, read 10,000, written 9,500
+# Money per million tokens, (input, cache read, cache write): gpt-5 (1.25, 0.125, 1.25),
+# claude-sonnet-4 (3.00, 0.30, 3.75); a token read or written is billed at that price only.
+#   gpt-5, sent:   turn 1  2,000 x 1.25 + 8,000 x 1.25                    = 12,500
+#                  turn 2  1,000 x 1.25 + 8,000 x 0.125 + 3,000 x 1.25    =  6,000
+#                  $18,500 / 1e6 = 0.0185
+#   gpt-5, direct: turn 1  12,500;  turn 2  500 x 1.25 + 10,000 x 0.125 + 1,500 x 1.25
+#                  = 625 + 1,250 + 1,875 = 3,750;  $16,250 / 1e6 = 0.01625
+#   sonnet, sent:  turn 1  2,000 x 3 + 8,000 x 3.75                       = 36,000
+#                  turn 2  1,000 x 3 + 8,000 x 0.3 + 3,000 x 3.75         = 16,650
+#                  $52,650 / 1e6 = 0.05265
+#   sonnet, direct: turn 1 36,000;  turn 2  500 x 3 + 10,000 x 0.3 + 1,500 x 3.75
+#                  = 1,500 + 3,000 + 5,625 = 10,125;  $46,125 / 1e6 = 0.046125
+TOKENS = {
+    "prompt_tokens_sent": 22_000,
+    "cache_read_tokens_sent": 8_000,
+    "cache_write_tokens_sent": 11_000,
+    "prompt_tokens_direct": 22_000,
+    "cache_read_tokens_direct": 10_000,
+    "cache_write_tokens_direct": 9_500,
+    "tokens_saved": 0,
+}
+MONEY = {
+    "gpt-5": {"cost_sent": 0.0185, "cost_direct": 0.01625, "cost_saved": -0.00225},
+    "claude-sonnet-4": {"cost_sent": 0.05265, "cost_direct": 0.046125, "cost_saved": -0.006525},
+}
+
+
+def _chat_session(fake: FakeUpstream, make_proxy: Any) -> dict[str, Any]:
+    for prompt, read, written in SCRIPTED:
+        details = {"cached_tokens": read, "cache_write_tokens": written}
+        usage = {"prompt_tokens": prompt, "prompt_tokens_details": details}
+        fake.push(Reply.text("Done.", usage_override=usage))
+    proxy = make_proxy(token_threshold=100_000)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
+    with httpx.Client(base_url=proxy.base_url, headers={"x-session-id": "money"}) as http:
+        for _ in SCRIPTED:
+            resp = http.post("/chat/completions", json={"model": "gpt-5.6", "messages": messages})
+            assert resp.status_code == 200, resp.text
+            answer = resp.json()["choices"][0]["message"]
+            messages += [answer, {"role": "user", "content": "Go on."}]
+        totals: dict[str, Any] = httpx.get(proxy.url + "/admin/savings").json()["totals"]
+    return totals
+
+
+def _responses_session() -> dict[str, Any]:
+    with wire_proxy(token_threshold=100_000) as proxy, httpx.Client(timeout=30) as http:
+        for prompt, read, written in SCRIPTED:
+            details = {"cached_tokens": read, "cache_write_tokens": written}
+            usage = {"input_tokens": prompt, "input_tokens_details": details}
+            proxy.responses.push_turns(ResponsesTurn(text="Done.", usage_override=usage))
+        items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
+        headers = {"authorization": "Bearer sk-client-openai", "session-id": "money"}
+        for _ in SCRIPTED:
+            body = {"model": "gpt-5.6", "input": items, "store": False}
+            resp = http.post(proxy.url + "/v1/responses", json=body, headers=headers)
+            assert resp.status_code == 200, resp.text
+            items += resp.json()["output"] + [{"role": "user", "content": "Go on."}]
+        totals: dict[str, Any] = proxy.admin("GET", "/savings").json()["totals"]
+    return totals
+
+
+def _messages_session() -> dict[str, Any]:
+    with wire_proxy(token_threshold=100_000) as proxy, httpx.Client(timeout=30) as http:
+        for prompt, read, written in SCRIPTED:
+            usage = {
+                "input_tokens": prompt - read - written,
+                "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": written,
+            }
+            proxy.messages.push_turns(MessagesTurn.text("Done.", usage_override=usage))
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
+        headers = {
+            "x-api-key": "sk-ant-client",
+            "anthropic-version": "2023-06-01",
+            "x-claude-code-session-id": "money",
+        }
+        for _ in SCRIPTED:
+            body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages}
+            resp = http.post(proxy.url + "/v1/messages", json=body, headers=headers)
+            assert resp.status_code == 200, resp.text
+            messages += [
+                {"role": "assistant", "content": resp.json()["content"]},
+                {"role": "user", "content": "Go on."},
+            ]
+        totals: dict[str, Any] = proxy.admin("GET", "/savings").json()["totals"]
+    return totals
+
+
+@pytest.mark.parametrize(
+    ("wire", "priced_as"),
+    [("chat", "gpt-5"), ("responses", "gpt-5"), ("messages", "claude-sonnet-4")],
+)
+def test_money_on_every_wire_matches_the_bills_worked_out_by_hand(
+    wire: str, priced_as: str, fake_upstream: FakeUpstream, make_proxy: Any
+) -> None:
+    if wire == "chat":
+        totals = _chat_session(fake_upstream, make_proxy)
+    else:
+        totals = _responses_session() if wire == "responses" else _messages_session()
+    print(wire, totals)
+    assert totals["requests"] == len(SCRIPTED)
+    assert {name: totals[name] for name in TOKENS} == TOKENS
+    for name, value in MONEY[priced_as].items():
+        assert totals[name] == pytest.approx(value, abs=1e-9), name
 
 
 def test_streamed_turns_are_counted_too(

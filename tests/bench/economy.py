@@ -560,7 +560,7 @@ def configurations(args: argparse.Namespace) -> list[Config]:
 def pick_trajectories(args: argparse.Namespace) -> list[Any]:
     from tests.support.corpus import load_all
 
-    trajectories = load_all()
+    trajectories = load_all(args.corpus)
     if args.only:
         trajectories = [t for t in trajectories if any(s in t.name for s in args.only)]
     if args.quick:
@@ -737,6 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 long + 10 short trajectories")
     parser.add_argument("--only", nargs="*", help="trajectories whose name contains one of these")
     parser.add_argument("--thresholds", nargs="+", type=int, default=list(THRESHOLDS))
+    parser.add_argument(
+        "--corpus", type=Path, default=None, help="the corpus's raw/ folder (default: shared's)"
+    )
     parser.add_argument(
         "--compactor",
         action="append",

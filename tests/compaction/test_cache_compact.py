@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -168,11 +169,16 @@ def test_shared_prefix_summaries_are_priced_as_cached() -> None:
     assert cost_of(True) < cost_of(False) / 3
 
 
-@settings(max_examples=40, deadline=None)
-@given(growth=st.lists(st.integers(min_value=1, max_value=6), min_size=5, max_size=25))
-async def test_no_summary_until_the_session_regrew_what_the_last_one_removed(
-    growth: list[int],
-) -> None:
+def _exchange(conv: Conversation, n: int) -> None:
+    """About 600 tokens that no reclaim shrinks: a question, a call with a short result (under
+    a placeholder's size), an answer. Only a summary can take them out."""
+    conv.add_user_message(f"step {n}: " + "q" * 1200)
+    add_tool_turn(conv, f"c{n}", "ok")
+    conv.add_agent_message({"role": "assistant", "content": f"done {n}: " + "a" * 1200})
+
+
+async def _regrowing_session(growth: list[int], seen: dict[str, int]) -> None:
+    """One session growing by `growth[i]` exchanges a turn, compacted after each turn."""
     econ = Economics(cache_factor=0.5, hit_ratio=1.0)
     conv = Conversation()
     conv.set_system_message_content("sys")
@@ -180,22 +186,49 @@ async def test_no_summary_until_the_session_regrew_what_the_last_one_removed(
     n = 0
     last_after: int | None = None
     last_removed = 0
+    summaries = 0
     for step in growth:
         for _ in range(step):
-            add_tool_turn(conv, f"c{n}", "w" * 2400)
+            _exchange(conv, n)
             n += 1
         sized(conv)
         size = conv.total_tokens or 0
-        calls: list[Any] = []
-        report = await run(conv, econ, calls)
+        # Over the threshold, but not yet grown back by what the last summary removed.
+        held = size > THRESHOLD and last_after is not None and size - last_after <= last_removed
+        seen["held"] += held
+        # No patience: only the no-loop rule holds a summary back (the break-even wait aside).
+        report = await run(conv, econ, patience=0.0)
         if report.level == "summary":
-            if last_after is not None:
-                assert size - last_after > last_removed
+            assert not held, (size, last_after, last_removed)
+            summaries += 1
             assert report.estimated_tokens_after is not None
             last_after = report.estimated_tokens_after
             last_removed = size - last_after
             econ.size_after_summary, econ.removed_by_summary = last_after, last_removed
+        elif size > THRESHOLD:
+            assert held  # nothing else stops a summary here
         assert sequence_errors(conv.completion_params()) == []
+    assert summaries >= 1  # every session grows past the threshold at least once
+    seen["summaries"] += summaries
+
+
+def test_no_summary_until_the_session_regrew_what_the_last_one_removed() -> None:
+    """Sessions that cross the threshold again and again: each crossing summarises unless
+    the session has not yet regrown what the last summary removed. The generated growths
+    must reach that case often, or the rule goes unchecked."""
+    seen = {"held": 0, "summaries": 0, "examples": 0}
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(growth=st.lists(st.integers(min_value=1, max_value=8), min_size=20, max_size=40))
+    def check(growth: list[int]) -> None:
+        seen["examples"] += 1
+        asyncio.run(_regrowing_session(growth, seen))
+
+    check()
+    # 20+ turns of 1-8 exchanges (600 tokens each) against a 10,000-token threshold: several
+    # summaries a session, and many turns over the threshold that the rule held back.
+    assert seen["summaries"] >= 2 * seen["examples"], seen
+    assert seen["held"] >= seen["examples"], seen
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,16 @@
 """The token economy's promise with cache writes billed: with the default settings no
-trajectory costs more through the proxy than sent directly, at any write price.
+trajectory costs more through the proxy than sent directly, at any write price, and every
+tool result the proxy reclaimed can be asked back whole.
 
 Runs the benchmark's own replay (`tests.bench.economy`: real proxy processes, the replay
-upstream keeping the books) on two trajectories of the corpus that were costlier than direct:
-ponyc-4588 at 16k, which crosses the threshold late and ends soon after its one compaction
-(it cost 1.0 % more at 2x writes once the tool joined with that compaction, whose rewrite
-of the tools block the strategy did not price), and tau-bench task44-trial3, which never
-compacts (it cost 3.0 % more while the extract tool's definition went in every request).
+upstream keeping the books, its probe asking back every tool result at the end) at 16k on
+the corpus sample committed with the tests (tests/corpus_sample/README.md: three trajectories
+that compact at 16k), in every clone. ponyc-4588 crosses the threshold late and ends soon
+after its one compaction (it cost 1.0 % more at 2x writes once the tool joined with that
+compaction, whose rewrite of the tools block the strategy did not price). Where the full
+corpus sits beside the checkout the sample is read from it, and tau-bench task44-trial3
+joins: it never compacts (it cost 3.0 % more while the extract tool's definition went in
+every request).
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ from typing import Any
 import pytest
 
 from tests.bench import economy
-from tests.support.corpus import CORPUS_DIR
+from tests.support.corpus import FULL_CORPUS, REPLAY_DIR
 
-pytestmark = pytest.mark.skipif(not CORPUS_DIR.is_dir(), reason=f"no corpus at {CORPUS_DIR}")
-
-TRAJECTORIES = {
+# Trajectory name -> what `--only` matches it by.
+SAMPLE = {
+    "mini-v1/django__django-16560": "django__django-16560",
     "openhands/ponylang__ponyc-4588": "ponylang__ponyc-4588",
-    "tau-bench/task44-trial3": "task44-trial3",
+    "openhands/ponylang__ponyc-4595": "ponylang__ponyc-4595",
 }
+NEVER_COMPACTS = {"tau-bench/task44-trial3": "task44-trial3"}
+TRAJECTORIES = {**SAMPLE, **(NEVER_COMPACTS if FULL_CORPUS else {})}
 
 
 def replay(write_factor: float, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
@@ -42,7 +48,8 @@ def replay(write_factor: float, monkeypatch: pytest.MonkeyPatch) -> dict[str, di
 
     monkeypatch.setattr(economy, "write_result", keep)
     argv = ["--skip", "headroom", "--cache-factor", "0.1", "--write-factor", str(write_factor)]
-    argv += ["--thresholds", "16000", "--only", *TRAJECTORIES.values()]
+    argv += ["--corpus", str(REPLAY_DIR), "--thresholds", "16000"]
+    argv += ["--only", *TRAJECTORIES.values()]
     assert economy.main(argv) == 0
     rows = {e["trajectory"]: e["configs"] for e in written["per_trajectory"]}
     assert set(rows) == set(TRAJECTORIES)
@@ -54,13 +61,21 @@ def test_no_trajectory_costs_more_than_direct(
     write_factor: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rows = replay(write_factor, monkeypatch)
-    for configs in rows.values():
-        assert configs["xun@16k"]["errors"] == 0
-        assert configs["direct"]["errors"] == 0
-    compacted = rows["openhands/ponylang__ponyc-4588"]["xun@16k"]
-    assert compacted["level1"] + compacted["level2"] >= 1
-    assert compacted["saving_cost_0.1_pct"] > 0  # compacted, and cheaper than direct
-    untouched = rows["tau-bench/task44-trial3"]
-    assert untouched["xun@16k"]["level1"] + untouched["xun@16k"]["level2"] == 0
-    # Never compacted: the proxy sent what the client sent, billed exactly as direct.
-    assert untouched["xun@16k"]["cost_0.1"] == untouched["direct"]["cost_0.1"]
+    for name, configs in rows.items():
+        proxy, direct = configs["xun@16k"], configs["direct"]
+        assert proxy["errors"] == 0 and direct["errors"] == 0, name
+        assert proxy["cost_0.1"] <= direct["cost_0.1"], name
+        # Every tool result comes back whole through the proxy's extract tool.
+        probe = proxy["probe"]
+        assert probe["failed"] == 0 and probe["retrieved"] == probe["checked"], (name, probe)
+        assert probe["placeholders_retrieved"] == probe["placeholders"], (name, probe)
+    for name in SAMPLE:
+        compacted = rows[name]["xun@16k"]
+        assert compacted["level1"] + compacted["level2"] >= 1, name
+        assert compacted["saving_cost_0.1_pct"] > 0, name  # compacted, and cheaper than direct
+        assert compacted["probe"]["checked"] > 0, name
+    for name in set(NEVER_COMPACTS) & set(rows):
+        untouched = rows[name]
+        assert untouched["xun@16k"]["level1"] + untouched["xun@16k"]["level2"] == 0
+        # Never compacted: the proxy sent what the client sent, billed exactly as direct.
+        assert untouched["xun@16k"]["cost_0.1"] == untouched["direct"]["cost_0.1"]

@@ -47,6 +47,8 @@ class ProxyProcess:
     args: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    # A command the proxy runs under (it execs the proxy: the pid stays the proxy's).
+    wrapper: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -63,6 +65,7 @@ class ProxyProcess:
 
     def start(self, timeout: float = 30.0) -> ProxyProcess:
         command = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port), *self.args]
+        command = [*self.wrapper, *command]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -140,18 +143,22 @@ def proxy_env(**settings: Any) -> dict[str, str]:
 
 @pytest.fixture
 def spawn_proxy(tmp_path: Path) -> Iterator[SpawnProxy]:
-    """`spawn_proxy(*args, start=True, **xun_settings) -> ProxyProcess`; all stopped at teardown.
+    """`spawn_proxy(*args, start=True, wrapper=None, **xun_settings) -> ProxyProcess`; all
+    stopped at teardown.
 
     Settings go in as environment variables (`upstream="..."` sets XUN_UPSTREAM); the store
-    defaults to memory:// and the log level to info.
+    defaults to memory:// and the log level to info. `wrapper`: a command the proxy runs under.
     """
     running: list[ProxyProcess] = []
 
-    def spawn(*args: str, start: bool = True, **settings: Any) -> ProxyProcess:
+    def spawn(
+        *args: str, start: bool = True, wrapper: list[str] | None = None, **settings: Any
+    ) -> ProxyProcess:
         settings.setdefault("store", "memory://")
         settings.setdefault("log_level", "info")
         log_path = tmp_path / f"proxy-{len(running)}.log"
-        proc = ProxyProcess(env=proxy_env(**settings), log_path=log_path, args=list(args))
+        env = proxy_env(**settings)
+        proc = ProxyProcess(env, log_path, list(args), wrapper=list(wrapper or []))
         running.append(proc)
         return proc.start() if start else proc
 

@@ -261,7 +261,7 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(
         error = answer.error()
         assert (error["type"], error["code"]) == ("invalid_request_error", "request_timeout")
     assert answer.headers["connection"] == "close"
-    assert 0.9 < waited < 3.0
+    assert 0.9 < waited < 5.0  # the 1 s body timeout, with 5x margin
     assert fake_upstream.requests == []
     # A whole body in time is answered as before.
     assert httpx.post(proxy.base_url + "/embeddings", json={"input": "x"}).status_code == 200
@@ -517,7 +517,7 @@ def test_drain_timeout_before_the_answer_started_is_a_503_in_the_apis_shape(
         signalled = time.monotonic()
         proxy.signal(signal.SIGTERM)
         answer = pending.result(timeout=15)
-    assert time.monotonic() - signalled < 4.0
+    assert time.monotonic() - signalled < 5.0  # the 1 s drain timeout, with 5x margin
     assert answer.status_code == 503, answer.text
     assert int(answer.headers["retry-after"]) >= 1
     assert answer.headers["connection"] == "close"

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from proxy.compact import COMPACTED_SYSTEM_PROMPT, SUMMARY_PROMPT
+from proxy.store.memory import MemoryStore
 from tests.conftest import MakeProxy
 from tests.reliability.conftest import RedisServer
 from tests.support.agent import SYSTEM, Agent, ModelScript, is_summary_request
@@ -78,8 +79,18 @@ def test_same_session_id_under_two_keys_never_shares_state(
     assert KEY_A not in json.dumps(listing) and KEY_B not in json.dumps(listing)
 
 
-def raw_store_bytes(store_url: str, tmp_path: Path) -> bytes:
-    """Everything the store holds, as raw bytes: the SQLite files, or every Redis value."""
+def raw_store_bytes(store_url: str, tmp_path: Path, app: Any) -> bytes:
+    """Everything the store holds, as raw bytes: the SQLite files, every Redis value, or
+    every entry (key, state, meta) and lease of the running proxy's memory store."""
+    if store_url.startswith("memory"):
+        store = app.state.store
+        while not isinstance(store, MemoryStore):
+            store = store.inner  # under the proxy's cache
+        entries = b"".join(
+            f"{k}|{e.key.tenant}|{e.key.session}|{e.meta}|".encode() + e.data
+            for k, e in store._entries.items()
+        )
+        return entries + repr(store._leases).encode()
     if store_url.startswith("sqlite"):
         return b"".join(p.read_bytes() for p in tmp_path.glob("iso.db*"))
     if store_url.startswith("redis"):
@@ -87,12 +98,25 @@ def raw_store_bytes(store_url: str, tmp_path: Path) -> bytes:
         client = redis.Redis(host="127.0.0.1", port=port)
         try:
             out = b""
-            for key in client.keys("*"):
-                out += key + (client.dump(key) or b"")
+            for key in client.keys("*"):  # each value as stored (DUMP may compress it)
+                kind = client.type(key)
+                if kind == b"hash":
+                    value = b"".join(k + b"=" + v for k, v in client.hgetall(key).items())
+                elif kind == b"string":
+                    value = client.get(key) or b""
+                elif kind == b"zset":
+                    value = b"".join(client.zrange(key, 0, -1))
+                elif kind == b"set":
+                    value = b"".join(client.smembers(key))
+                elif kind == b"list":
+                    value = b"".join(client.lrange(key, 0, -1))
+                else:
+                    raise AssertionError(f"no reader for a Redis {kind!r}")
+                out += key + b"|" + value
             return out
         finally:
             client.close()
-    return b""
+    raise AssertionError(f"no reader for {store_url}")
 
 
 def test_no_secret_in_stored_state_error_bodies_or_metrics(
@@ -133,9 +157,10 @@ def test_no_secret_in_stored_state_error_bodies_or_metrics(
         metrics = client.get(proxy.url + "/metrics").content
     broken = make_proxy(upstream_base_url="http://127.0.0.1:9/v1", upstream_api_key=UPSTREAM_KEY)
     bodies.append(httpx.post(broken.base_url + "/chat/completions", json={}, headers=auth).content)
-    stored = raw_store_bytes(store_url, tmp_path)
-    if not store_url.startswith("memory"):
-        assert b"secret-session-id-XYZZY" in stored  # the check reads the real bytes
+    proxy.settle()
+    stored = raw_store_bytes(store_url, tmp_path, proxy.app)
+    assert b"secret-session-id-XYZZY" in stored  # the check reads the real bytes
+    assert b"Summary number 1" in stored  # the state itself, not only its key
     logs = caplog.text.encode()
     for secret in (KEY_A, f"Bearer {KEY_A}", UPSTREAM_KEY, ADMIN_KEY):
         needle = secret.encode()

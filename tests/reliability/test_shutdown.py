@@ -104,7 +104,7 @@ def test_drain_timeout_ends_open_streams_with_an_error_event(
     events = [e for e in rest.split(b"\n\n") if e]
     assert events[-1].startswith(b'data: {"error"')
     assert b'"code":"proxy_shutdown"' in events[-1]
-    assert 0.9 < ended - signalled < 3.0
+    assert 0.9 < ended - signalled < 5.0  # the 1 s drain timeout, with 5x margin
     assert exited - signalled < 5.0
     assert b'"msg":"drain timeout"' in proxy.logs()
     assert fake_upstream.wait_for_disconnect(timeout=5)  # the upstream request was closed too
@@ -116,7 +116,7 @@ def test_idle_proxy_exits_at_once(fake_upstream: FakeUpstream, spawn_proxy: Spaw
     started = time.monotonic()
     proxy.signal(signal.SIGTERM)
     assert proxy.wait(timeout=10) == 0
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 30 / 5  # well within the drain timeout it need not wait
 
 
 def test_second_signal_stops_without_waiting(
@@ -135,8 +135,8 @@ def test_second_signal_stops_without_waiting(
                 assert wait_until(lambda: httpx.get(proxy.url + "/readyz").status_code == 503, 2)
                 started = time.monotonic()
                 proxy.signal(signal.SIGINT)
-                assert proxy.wait(timeout=10) == 0
-                assert time.monotonic() - started < 3.0
+                assert proxy.wait(timeout=20) == 0
+                assert time.monotonic() - started < 60 / 5  # not the 60 s drain timeout
                 rest = b"".join(chunks)
                 assert b'"code":"proxy_shutdown"' in rest  # not a silent close either
     finally:

@@ -143,8 +143,8 @@ def test_redis_frozen_and_thawed(
             resp = agent.step()
             durations.append(time.monotonic() - started)
             assert_passed_through(fake_upstream, agent, resp)
-        # Bounded by the store's timeouts (1s, one retry), not by the hang.
-        assert max(durations) < 6, durations
+        # Bounded by the store's timeouts (1s, one retry: about 2-3 s), not by the hang.
+        assert max(durations) < 15, durations
     finally:
         redis_server.resume()
     wait_until(lambda: proxy.readyz().status_code == 200, 10, "/readyz to recover")

@@ -75,6 +75,22 @@ def test_the_direct_side_reads_its_append_only_prefix_from_the_cache(
     assert saved["direct"] == [2600, cached, round((2600 - cached) * 0.5)]
 
 
+def test_the_direct_cache_read_never_exceeds_the_direct_prompt() -> None:
+    """The direct prompt is an estimate scaled by each turn's bill: an appended turn's can come
+    out below the previous turn's (here 2,400 after 2,600). Direct reads at most its prompt
+    from the cache (2,400, none left to write), never the previous request whole."""
+    main = Tokens(prompt=1000, cached=600, written=200)
+    saved = turn_savings(
+        "claude-sonnet-4-5", [main], [], 2400, previous_direct=2600, appended=True, caches=True
+    )
+    assert saved["direct"] == [2400, 2400, 0]
+    _, vec = savings.vector_of(record(0, saved)) or ("", [])
+    tally = Tally()
+    tally.add("claude-sonnet-4-5", vec, lambda _: PRICE)
+    # 2,400 read at 0.5 per million: nothing billed at the input or the write price.
+    assert tally.totals()["cost_direct"] == pytest.approx(2400 * 0.5 / 1e6)
+
+
 def test_the_direct_estimate_scales_by_what_this_turn_was_billed() -> None:
     assert savings.direct_estimate(1000, sent_estimate=500, billed=600, calibration=2.0) == 1200
     assert savings.direct_estimate(1000, sent_estimate=500, billed=None, calibration=1.1) == 1100

@@ -191,7 +191,7 @@ async def test_silent_server_times_out_into_store_error() -> None:
         with pytest.raises(StoreError):
             await store.get(KEY)
         assert await store.ping() is False
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 5  # two 0.2 s timeouts (and retries), not a hang
     finally:
         await store.close()
         server.close()

@@ -28,6 +28,11 @@ CORPUS_DIR = Path(
     os.environ.get("XUN_CORPUS_DIR")
     or Path(__file__).resolve().parents[3] / "shared" / "corpus" / "raw"
 )
+# A few of its trajectories committed with the tests (tests/corpus_sample/README.md): the
+# economy promise and the replays run on them wherever the full corpus is absent.
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "corpus_sample" / "raw"
+FULL_CORPUS = CORPUS_DIR.is_dir()
+REPLAY_DIR = CORPUS_DIR if FULL_CORPUS else SAMPLE_DIR
 
 # What mini-swe-agent sends in tool-calling mode (SOURCES.md 3.2); v1 uses it for the
 # synthesised calls too.
