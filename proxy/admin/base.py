@@ -190,6 +190,12 @@ async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
         raise store_failed(request, exc) from exc
     if stored is None:
         raise NotFound(f"No session {session_id!r}.", code="session_not_found")
+    if stored.damaged:
+        message = (
+            "The stored session is damaged (its metadata is unreadable); its next request "
+            "starts it afresh, or delete it."
+        )
+        raise ProxyError(message, code="state_unreadable")
     try:
         state = SessionState.from_bytes(stored.data)
     except Exception as exc:  # a foreign or corrupt record: say so rather than 500

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from proxy.errors import DegradeError
+
+log = logging.getLogger("proxy.store")
 
 DEFAULT_MAX_SESSION_BYTES = 8 * 2**20
 DEFAULT_TTL_SECONDS = 7 * 86400
@@ -70,6 +73,10 @@ class StoredSession:
     meta: dict[str, Any]
     version: int
     updated_at: float
+    # Why the row cannot be read whole (its metadata is not a JSON object), or None. A
+    # damaged row's state is not used: its session starts afresh, and its next write (over
+    # `version`) replaces the row. Listings skip it.
+    damaged: str | None = None
 
 
 @dataclass
@@ -187,6 +194,29 @@ def decode_meta(text: str | bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise StoreError("stored session metadata is not a JSON object")
     return value
+
+
+def read_meta(raw: object, session_id: str) -> dict[str, Any] | None:
+    """A stored row's metadata, or None when it cannot be read (not UTF-8 JSON text, not an
+    object, missing): logged at warning level with the session's id, and the caller treats
+    the row as damaged (`StoredSession.damaged`, skipped in listings)."""
+    try:
+        if not isinstance(raw, str | bytes):
+            raise TypeError(f"a {type(raw).__name__}, not text")
+        return decode_meta(raw)
+    except (ValueError, TypeError, StoreError) as exc:  # UnicodeDecodeError is a ValueError
+        log.warning(
+            "session %s: stored metadata unreadable (%s); the session starts afresh on its "
+            "next request and is left out of listings",
+            session_id,
+            type(exc).__name__,
+        )
+        return None
+
+
+def damaged_row(key: SessionKey, data: bytes, version: int, updated_at: float) -> StoredSession:
+    """A row whose metadata cannot be read (`read_meta` said why, in the log)."""
+    return StoredSession(key, data, {}, version, updated_at, damaged="metadata unreadable")
 
 
 def check_size(data: bytes, max_bytes: int) -> None:

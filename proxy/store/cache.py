@@ -204,8 +204,8 @@ class CachedStore:
                 return None
         self._misses += 1
         found = await self.inner.get(key)
-        if found is None:
-            self._drop(key.id)
+        if found is None or found.damaged:
+            self._drop(key.id)  # a damaged row is read from the store until it is rewritten
         else:
             meta = encode_meta(found.meta)
             self._remember(found.key, found.data, meta, found.version, found.updated_at, outside)

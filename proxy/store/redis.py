@@ -46,11 +46,12 @@ from proxy.store.base import (
     check_limit,
     check_size,
     check_ttl,
+    damaged_row,
     decode_cursor,
-    decode_meta,
     encode_cursor,
     encode_meta,
     new_token,
+    read_meta,
 )
 
 # KEYS: session, index, tenant index, ids, expiry.
@@ -244,7 +245,10 @@ class RedisStore:
             return None
         data, meta, version, updated_at, tenant, session = fields
         key = SessionKey(_text(tenant), _text(session))
-        return StoredSession(key, bytes(data), decode_meta(meta), int(version), float(updated_at))
+        decoded = read_meta(meta, session_id)
+        if decoded is None:
+            return damaged_row(key, bytes(data or b""), int(version), float(updated_at))
+        return StoredSession(key, bytes(data), decoded, int(version), float(updated_at))
 
     async def _drop_stale(self, stale: Sequence[tuple[str, str | None]]) -> None:
         """Remove index entries whose session is gone (the script re-checks atomically)."""
@@ -363,11 +367,12 @@ class RedisStore:
             if version is None:
                 stale.append((session_id, suffix))
                 continue
+            decoded = read_meta(meta, session_id)
+            if decoded is None:
+                continue  # a damaged row is left out
             key = SessionKey(_text(tenant), _text(session))
             infos.append(
-                SessionInfo(
-                    key, session_id, decode_meta(meta), int(version), float(updated_at), size
-                )
+                SessionInfo(key, session_id, decoded, int(version), float(updated_at), size)
             )
         return infos
 

@@ -42,10 +42,10 @@ from proxy.store.base import (
     check_size,
     check_ttl,
     decode_cursor,
-    decode_meta,
     encode_cursor,
     encode_meta,
     new_token,
+    read_meta,
 )
 from proxy.store.sqlite_reader import (
     WAL_LIMIT_BYTES,
@@ -310,12 +310,14 @@ class SQLiteStore:
         sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
         args.append(limit + 1)
         rows = await self._run(lambda conn: conn.execute(sql, args).fetchall())
+        page = rows[:limit]
         infos = [
-            SessionInfo(SessionKey(t, s), sid, decode_meta(m), v, u, size)
-            for sid, t, s, m, v, u, size in rows[:limit]
+            SessionInfo(SessionKey(t, s), sid, meta, v, u, size)
+            for sid, t, s, m, v, u, size in page
+            if (meta := read_meta(m, sid)) is not None  # a damaged row is left out
         ]
         more = len(rows) > limit
-        next_cursor = encode_cursor(infos[-1].updated_at, infos[-1].id) if more else None
+        next_cursor = encode_cursor(page[-1][5], page[-1][0]) if more else None
         return infos, next_cursor
 
     async def count(self) -> int:
