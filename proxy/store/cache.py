@@ -275,6 +275,11 @@ class CachedStore:
     async def ping(self) -> bool:
         return await self.inner.ping()
 
+    async def write_failure(self) -> str | None:
+        check = getattr(self.inner, "write_failure", None)
+        failure: str | None = await check() if check is not None else None
+        return failure
+
     def release_memory(self) -> None:
         # The hot states stay: they are bounded (max_entries, max_bytes) and the next turn of
         # each session needs its own. The decoded ones go: they only save some decoding.

@@ -37,7 +37,9 @@ from proxy.store.base import (
     SessionPage,
     StoredSession,
     StoreError,
+    StoreFull,
     VersionConflict,
+    WriteHealth,
     check_limit,
     check_size,
     check_ttl,
@@ -96,6 +98,7 @@ class SQLiteStore:
         # write lock (`checkpoint`), and a write that meets it goes to the worker, after it.
         self._checkpointing: Future[Any] | None = None
         self._closed = False
+        self._health = WriteHealth()
         self._reader = InlineReader(self.path)
         self._writer = InlineWriter(self.path)
 
@@ -112,7 +115,9 @@ class SQLiteStore:
         try:
             return await loop.run_in_executor(self._executor, self._call, fn)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+            full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+            error = StoreFull if full else StoreError
+            raise error(f"SQLite store {self.path}: {exc}") from exc
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
@@ -213,6 +218,22 @@ class SQLiteStore:
         expected_version: int | None,
         updated_at: float | None = None,
     ) -> int:
+        try:
+            version = await self._put(key, data, meta, expected_version, updated_at)
+        except StoreError as exc:
+            self._health.note(exc)
+            raise
+        self._health.note(None)
+        return version
+
+    async def _put(
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: dict[str, Any],
+        expected_version: int | None,
+        updated_at: float | None,
+    ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
         size, stored = len(data), padded(data, self.max_session_bytes)
@@ -281,7 +302,13 @@ class SQLiteStore:
             cur = conn.execute("DELETE FROM sessions WHERE id = ?", (key.id,))
             return cur.rowcount > 0
 
-        return await self._run(remove)
+        try:
+            removed = await self._run(remove)
+        except StoreError as exc:
+            self._health.note(exc)
+            raise
+        self._health.note(None)
+        return removed
 
     async def list(
         self,
@@ -346,6 +373,12 @@ class SQLiteStore:
         except StoreError:
             return False
         return True
+
+    async def write_failure(self) -> str | None:
+        """None while writes go through (a read-only store: always), else why they fail."""
+        if self.read_only:
+            return None
+        return await self._health.check(lambda: self._run(leases.probe))
 
     def release_memory(self) -> None:
         """Empty both connections' page caches (up to 2 MiB each by SQLite's default, filled

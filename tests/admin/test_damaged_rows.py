@@ -1,7 +1,7 @@
 """A stored session whose metadata cannot be read (issue 34, item 3), under a running proxy.
 
 Only that session is affected: the admin list and the savings answer 200 without it, its own
-detail says it is damaged, `xun-proxy sessions ls` and `xun-proxy report` exit 0 and list the
+detail says it is damaged (a delete goes through), `xun-proxy sessions ls` and `xun-proxy report` exit 0 and list the
 others, the log names it, and its next request starts it afresh (compacted, and the row
 rewritten whole). Real uvicorn, SQLite and Redis stores, the fake upstream.
 """
@@ -149,3 +149,10 @@ def test_a_damaged_row_is_skipped_and_its_session_starts_afresh(
     assert again.status_code == 200, again.text
     listed = admin(proxy, "/admin/sessions").json()["data"]
     assert sorted(row["session"] for row in listed) == ["damaged", "healthy"]
+
+    # A damaged row can be deleted through the admin API as well.
+    backend.damage(ids["healthy"])
+    gone = httpx.delete(f"{proxy.url}/admin/sessions/{ids['healthy']}", headers=admin_headers())
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["deleted"] is True
+    assert [row["session"] for row in admin(proxy, "/admin/sessions").json()["data"]] == ["damaged"]

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from proxy.store import SessionKey, Store, open_store
 from proxy.store.cache import CachedStore
 from proxy.store.redis import key_part
+from proxy.store.sqlite import SQLiteStore
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 # "cached-*": the same store behind the bounded in-process cache the server puts in front of it.
@@ -125,3 +126,20 @@ def damage_meta(backend: str, tmp_path: Path, store_prefix: str) -> DamageMeta:
             await client.aclose()
 
     return damage
+
+
+class FullSQLite(SQLiteStore):
+    """A real SQLite store whose database may grow no further once `full` is set: `PRAGMA
+    max_page_count` on the worker's connection (it is per connection, so every write goes to
+    the worker), and SQLite answers SQLITE_FULL, "database or disk is full", as it does
+    when the disk is full. Pages freed by deletes are used again."""
+
+    full = False
+
+    def _call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        if self._conn is not None:  # below the current size it caps at the current size
+            self._conn.execute(f"PRAGMA max_page_count = {1 if self.full else 2**30}")
+        return super()._call(fn)
+
+    def _inline_write_allowed(self, size: int) -> bool:
+        return False

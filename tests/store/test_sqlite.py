@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store import SessionKey, StoreError, open_store, sqlite_reader
+from proxy.store import (
+    SessionKey,
+    StoreError,
+    StoreFull,
+    VersionConflict,
+    open_store,
+    sqlite_reader,
+)
 from proxy.store.sqlite import SQLiteStore
+from tests.store.conftest import FullSQLite
 
 KEY = SessionKey("tenant", "session")
 
@@ -420,3 +428,48 @@ async def test_the_checkpoint_is_paced_by_the_pages_the_wal_holds(tmp_path: Path
         assert 1 <= asked <= 3, asked
     finally:
         await store.close()
+
+
+# -- issue 34, item 6: a full database ----------------------------------------------------
+
+
+async def test_a_full_database_fails_writes_until_room_is_made(tmp_path: Path) -> None:
+    """The store still pings while every write fails; `write_failure` says so (its probe
+    fails too), deleting sessions works meanwhile, and once they made room it clears."""
+    store = FullSQLite(tmp_path / "full.db")
+    try:
+        keys = [SessionKey("t", f"s{n}") for n in range(3)]
+        for key in keys:
+            await store.put(key, b"x" * 40_000, {}, expected_version=None)
+        assert await store.write_failure() is None
+        store.full = True
+        new = SessionKey("t", "new")
+        with pytest.raises(StoreFull, match="full"):
+            await store.put(new, b"y" * 40_000, {}, expected_version=None)
+        assert await store.ping()  # what /readyz asked, and all it asked
+        failure = await store.write_failure()
+        assert failure is not None and "full" in failure
+        assert await store.write_failure() == failure  # the probe fails as the write did
+        with pytest.raises(VersionConflict):  # a lost compare-and-set does not clear it
+            await store.put(keys[2], b"z" * 40_000, {}, expected_version=5)
+        assert await store.write_failure() is not None
+        assert await store.delete(keys[0]) and await store.delete(keys[1])  # while full
+        assert await store.write_failure() is None  # the probe fits in the freed pages
+        assert await store.put(new, b"y" * 40_000, {}, expected_version=None) == 1
+        assert [row.key for row in (await store.list())[0]] == [new, keys[2]]
+    finally:
+        await store.close()
+
+
+async def test_a_read_only_store_reports_no_write_failure(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    writer = SQLiteStore(path)
+    await writer.put(SessionKey("t", "s"), b"x", {}, expected_version=None)
+    await writer.close()
+    reader = SQLiteStore(path, read_only=True)
+    try:
+        with pytest.raises(StoreError):
+            await reader.put(SessionKey("t", "s2"), b"x", {}, expected_version=None)
+        assert await reader.write_failure() is None  # read-only by the operator's choice
+    finally:
+        await reader.close()
