@@ -12,12 +12,15 @@ cannot answer at once. Compare-and-set is one statement (`UPDATE ... WHERE versi
 turn changed (`proxy.store.sqlite_rows`, with the table's schema). Leases have their own
 table with a wall-clock expiry; taking one is one upsert that only replaces an expired row
 (`proxy.store.sqlite_leases`). Retention: sessions not written for `ttl_seconds` (and expired
-leases) are deleted when the store connects and then at most once an hour.
+leases) are deleted when the store connects and then at most once an hour. A full disk: the
+store notes whether its writes go through (`write_failure`, for /readyz), and keeps some
+space in reserve for deleting sessions (`proxy.store.sqlite_reserve`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -56,9 +59,11 @@ from proxy.store.sqlite_reader import (
     checkpoint,
     shrink,
 )
+from proxy.store.sqlite_reserve import make_reserve, release_reserve
 from proxy.store.sqlite_rows import LIST_COLUMNS, SCHEMA, add_columns, padded, select
 
 T = TypeVar("T")
+log = logging.getLogger("proxy.store")
 
 _PURGE_EVERY = 3600.0
 # Once a write has waited out the busy timeout (another process holds the database), the next
@@ -158,6 +163,8 @@ class SQLiteStore:
         try:
             self._set_busy_timeout(conn, self.busy_timeout)
             if not self.read_only:
+                if self.path != ":memory:":
+                    make_reserve(self.path)  # room to delete sessions on a full disk
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.executescript(SCHEMA)
@@ -303,7 +310,13 @@ class SQLiteStore:
             return cur.rowcount > 0
 
         try:
-            removed = await self._run(remove)
+            try:
+                removed = await self._run(remove)
+            except StoreFull:
+                if not release_reserve(self.path):
+                    raise
+                log.warning("disk full: the space held in reserve is freed to delete sessions")
+                removed = await self._run(remove)
         except StoreError as exc:
             self._health.note(exc)
             raise

@@ -1,9 +1,9 @@
 """A stored session whose metadata cannot be read (issue 34, item 3), under a running proxy.
 
 Only that session is affected: the admin list and the savings answer 200 without it, its own
-detail says it is damaged (a delete goes through), `xun-proxy sessions ls` and `xun-proxy report` exit 0 and list the
-others, the log names it, and its next request starts it afresh (compacted, and the row
-rewritten whole). Real uvicorn, SQLite and Redis stores, the fake upstream.
+detail says it is damaged (a delete goes through), `xun-proxy sessions ls` and `xun-proxy
+report` exit 0 and list the others, the log names it, and its next request starts it afresh
+(compacted, and the row rewritten whole). Real uvicorn, SQLite and Redis stores, the fake upstream.
 """
 
 from __future__ import annotations

@@ -4,13 +4,16 @@ Requests keep getting 200 (uncompacted); `/readyz` turns 503 `store_writes_faili
 write fails (the reason with `?verbose`), admin deletes go through to make room, and `/readyz`
 is ready again as soon as a write fits, without traffic. Real uvicorn, a real SQLite store
 capped with `PRAGMA max_page_count` (SQLite's "database or disk is full") and a private
-redis-server whose `maxmemory` is lowered.
+redis-server whose `maxmemory` is lowered; and a real full disk (a small tmpfs), where the
+deletes use the space the SQLite store keeps in reserve (`proxy.store.sqlite_reserve`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,3 +120,52 @@ def test_redis_out_of_memory(
     finally:
         client.config_set("maxmemory", 0)
         client.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MB tmpfs, unmounted at teardown (mounting needs root, as CI runs)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+        check=False,
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+
+
+def fill(disk: Path) -> None:
+    """Take every free byte of the disk."""
+    with (disk / "filler").open("wb") as out:
+        with contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+
+
+def test_a_full_disk_sessions_are_deleted_to_make_room(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, small_disk: Path
+) -> None:
+    """A real full disk: SQLite's WAL cannot grow, and without the store's reserve even a
+    delete failed (503). The reserve is freed for the deletes, which then make room."""
+    proxy = make_proxy(store_url=f"sqlite:///{small_disk / 'sessions.db'}", admin_key=ADMIN_KEY)
+    for session in ("a", "b", "c", "d"):
+        turn(proxy, session)
+    fill(small_disk)
+    turn(proxy, "e")  # answered; nothing saved
+    assert_writes_failing(proxy, "full")
+    ids = sessions(proxy)
+    assert sorted(ids) == ["a", "b", "c", "d"]
+    for session in ("a", "b", "c"):
+        answer = delete(proxy, ids[session])
+        assert answer.status_code == 200, answer.text
+    assert not (small_disk / "sessions.db-reserve").exists()
+    assert ready(proxy).status_code == 200
+    turn(proxy, "e")
+    assert sorted(sessions(proxy)) == ["d", "e"]

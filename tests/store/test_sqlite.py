@@ -21,6 +21,7 @@ from proxy.store import (
     sqlite_reader,
 )
 from proxy.store.sqlite import SQLiteStore
+from proxy.store.sqlite_reserve import RESERVE_BYTES, release_reserve, reserve_path
 from tests.store.conftest import FullSQLite
 
 KEY = SessionKey("tenant", "session")
@@ -473,3 +474,39 @@ async def test_a_read_only_store_reports_no_write_failure(tmp_path: Path) -> Non
         assert await reader.write_failure() is None  # read-only by the operator's choice
     finally:
         await reader.close()
+
+
+def reserve_of(path: Path) -> tuple[int, int] | None:
+    """The reserve file's size and the bytes of disk it takes, or None when there is none."""
+    try:
+        found = os.stat(reserve_path(str(path)))
+    except FileNotFoundError:
+        return None
+    return found.st_size, found.st_blocks * 512
+
+
+async def test_the_store_keeps_disk_space_in_reserve(tmp_path: Path) -> None:
+    """A file beside the database holds `RESERVE_BYTES` (real blocks, not a sparse file),
+    made when the store opens the file; freed for a delete on a full disk
+    (tests/reliability/test_store_full.py), made again by the next start. A read-only or
+    in-memory store keeps none."""
+    path = tmp_path / "kept.db"
+    store = SQLiteStore(path)
+    await store.put(SessionKey("t", "s"), b"x", {}, expected_version=None)
+    kept = reserve_of(path)
+    assert kept is not None and kept[0] == RESERVE_BYTES and kept[1] >= RESERVE_BYTES
+    await store.close()
+    assert release_reserve(str(path)) and reserve_of(path) is None
+    assert not release_reserve(str(path))
+    again = SQLiteStore(path)
+    assert await again.count() == 1
+    assert reserve_of(path) == kept
+    await again.close()
+    assert release_reserve(str(path))
+    reader = SQLiteStore(path, read_only=True)
+    assert await reader.count() == 1
+    await reader.close()
+    memory = SQLiteStore(":memory:")
+    assert await memory.count() == 0
+    await memory.close()
+    assert reserve_of(path) is None and reserve_of(Path(":memory:")) is None
