@@ -413,11 +413,14 @@ def test_the_sdks_uploads_still_spend_the_key(
     with pytest.raises(openai.NotFoundError):
         client.audio.transcriptions.create(file=("a.wav", b"RIFF"), model="whisper-1")
     assert client.embeddings.create(model="text-embedding-3-small", input="hi").data
+    with pytest.raises(openai.NotFoundError):  # a POST without a body: the SDK says JSON
+        client.batches.cancel("batch_1")
     paths = [(r.path, r.headers["content-type"].split(";")[0]) for r in fake_upstream.requests]
     assert paths == [
         ("/v1/files", "multipart/form-data"),
         ("/v1/audio/transcriptions", "multipart/form-data"),
         ("/v1/embeddings", "application/json"),
+        ("/v1/batches/batch_1/cancel", "application/json"),
     ]
     keys = {r.headers["authorization"] for r in fake_upstream.requests}
     assert keys == {f"Bearer {OPERATOR_KEY}"}
