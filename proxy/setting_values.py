@@ -6,7 +6,8 @@ Host names: which `Host` and `Origin` names a request may carry, one exact parse
 check. A `Host` header is `host [":" port]` (RFC 9110, 7.2): `host` is a bracketed IPv6
 literal, a dotted IPv4 address or a registered name; `port` is digits. `host_name` returns the
 name, or None for anything else, so `[::1].evil.com`, `127.0.0.1.evil.com` or `localhost:80:80`
-never reads as a loopback name. A name is loopback when it is `localhost`, an address in
+never reads as a loopback name. A name with one trailing dot (fully qualified: `localhost.`)
+is the same name without it. A name is loopback when it is `localhost`, an address in
 127.0.0.0/8 or `[::1]`; `allowed_host` also accepts the names an operator configured
 (`server.allowed_hosts`), in any case and with any port. An `Origin` (`scheme://host[:port]`)
 is judged by its host the same way; the opaque origin `null` is never allowed. Used by the
@@ -163,6 +164,8 @@ def host_name(value: str) -> str | None:
         name = value
     elif not _PORT.match(port):
         return None
+    if name.endswith("."):  # a fully qualified name: `localhost.` is `localhost`
+        name = name[:-1]
     if not _NAME.match(name) or ".." in name:
         return None
     return name.lower()

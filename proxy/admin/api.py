@@ -18,6 +18,7 @@ from proxy.admin.base import (
     DetailQuery,
     ListQuery,
     authorize,
+    find_session,
     load_session,
     query_model,
     rebuild_view,
@@ -244,7 +245,7 @@ async def compacted_original(request: Request) -> Response:
 
 async def delete_session(request: Request) -> Response:
     authorize(request)
-    stored, _ = await load_session(request)
+    stored = await find_session(request)  # a damaged or unreadable one too
     try:
         deleted = await session_store(request).delete(stored.key)
     except StoreError as exc:

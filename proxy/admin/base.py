@@ -25,7 +25,7 @@ from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
 from proxy.setting_values import allowed_host
 from proxy.settings import Settings
-from proxy.store import SessionKey, Store, StoredSession, StoreError
+from proxy.store import SessionKey, Store, StoredSession, StoreError, StoreFull
 from proxy.wire.apis import wire_named
 from proxy.wire.base import Wire
 
@@ -176,10 +176,33 @@ def store_failed(request: Request, exc: StoreError) -> ServiceUnavailable:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.store_errors.inc()
+    if isinstance(exc, StoreFull):
+        message = (
+            "The session store is full (its disk, or Redis's memory): make room as the "
+            "reliability guide says (docs/reliability.md: a full disk), then try again."
+        )
+        return ServiceUnavailable(message, code="store_full")
     return ServiceUnavailable("The session store failed.", code="store_unavailable")
 
 
 async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
+    stored = await find_session(request)
+    if stored.damaged:
+        message = (
+            "The stored session is damaged (its metadata is unreadable); its next request "
+            "starts it afresh, or delete it."
+        )
+        raise ProxyError(message, code="state_unreadable")
+    try:
+        state = SessionState.from_bytes(stored.data)
+    except Exception as exc:  # a foreign or corrupt record: say so rather than 500
+        message = "The stored session state is unreadable."
+        raise ProxyError(message, code="state_unreadable") from exc
+    return stored, state
+
+
+async def find_session(request: Request) -> StoredSession:
+    """The stored row of the route's session, read or not (a damaged one can be deleted)."""
     session_id = request.path_params["id"]
     if not SessionKey.is_valid_id(session_id):
         raise NotFound(f"No session {session_id!r}.", code="session_not_found")
@@ -190,12 +213,7 @@ async def load_session(request: Request) -> tuple[StoredSession, SessionState]:
         raise store_failed(request, exc) from exc
     if stored is None:
         raise NotFound(f"No session {session_id!r}.", code="session_not_found")
-    try:
-        state = SessionState.from_bytes(stored.data)
-    except Exception as exc:  # a foreign or corrupt record: say so rather than 500
-        message = "The stored session state is unreadable."
-        raise ProxyError(message, code="state_unreadable") from exc
-    return stored, state
+    return stored
 
 
 def wire_of(name: str | None) -> Wire:

@@ -72,8 +72,8 @@ async def _sessions(store: Store, since: float | None) -> list[tuple[SessionInfo
         infos, cursor = await store.list(updated_after=since, limit=PAGE, cursor=cursor)
         for info in infos:
             stored = await store.get_by_id(info.id)  # past a cache: hot states stay in it
-            if stored is None:
-                continue  # deleted meanwhile
+            if stored is None or stored.damaged:
+                continue  # deleted meanwhile, or damaged since it was listed
             try:
                 state = SessionState.from_bytes(stored.data)
             except (ValueError, TypeError):

@@ -201,6 +201,8 @@ async def _show(args: argparse.Namespace, store: Store, out: TextIO) -> int:
         "meta": stored.meta,
         "state": state,
     }
+    if stored.damaged:  # its metadata cannot be read: left out of listings
+        detail["damaged"] = stored.damaged
     out.write(orjson.dumps(detail, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 

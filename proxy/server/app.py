@@ -96,7 +96,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when not draining and the store answers its ping."""
+    """Ready when not draining, the store answers its ping and its writes go through."""
     state = request.app.state
     if is_draining(state):
         body = error_payload("The proxy is shutting down.", "server_error", "draining")
@@ -108,8 +108,18 @@ async def readyz(request: Request) -> Response:
         body = error_payload(message, "server_error", "store_down")
         body["store_url"] = where
         return JSONResponse({"status": "not_ready", "store": "unreachable", **body}, 503)
+    verbose = "verbose" in request.query_params
+    write_failure = getattr(store, "write_failure", None)  # a store whose writes can fail
+    failure = await write_failure() if write_failure is not None else None
+    if failure is not None:  # a full disk: the store answers, but keeps nothing
+        message = f"Writes to the session store ({where}) fail; requests pass uncompacted."
+        body = error_payload(message, "server_error", "store_writes_failing")
+        body["store_url"] = where
+        if verbose:
+            body["reason"] = failure
+        return JSONResponse({"status": "not_ready", "store": "writes_failing", **body}, 503)
     ready: dict[str, Any] = {"status": "ready", "store": "ok"}
-    if "verbose" in request.query_params:  # /readyz?verbose: which store, and the cache
+    if verbose:  # /readyz?verbose: which store, and the cache
         ready["store_url"] = where
         if isinstance(store, CachedStore):
             ready["cache"] = store.stats().to_dict()

@@ -9,10 +9,13 @@ request is then refused, in the shape of the API it came through, when:
   the proxy's address still sends its own name;
 - it carries an `Origin` whose host is not one of those (403 `origin_not_allowed`; the
   opaque origin `null` included): a browser names the page behind every cross-site POST;
-- it posts to a model route (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`)
-  a body that is not `Content-Type: application/json` (415 `unsupported_media_type`): a
-  page can send `text/plain` or a form cross-site without asking (no CORS preflight), never
-  JSON.
+- it is a POST (any path under `/v1/`, a trailing slash or a route the proxy only passes
+  through included) whose `Content-Type` is not `application/json`, nor, on the upload
+  routes below, `multipart/form-data` (415 `unsupported_media_type`): a page can send
+  `text/plain`, a form or no type at all cross-site without asking (no CORS preflight),
+  never JSON. The upload routes are the ones whose requests the official SDKs send as
+  multipart (`UPLOAD_ROUTES`; `/v1/realtime/calls` also takes `application/sdp`); there the
+  Host and Origin checks are what stands between a page and the key.
 
 Without an operator key each request spends the client's own key, and nothing here applies.
 The host parsing is `proxy.setting_values`', the same as the key-less admin API's.
@@ -22,6 +25,7 @@ proxy holds a key.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -38,6 +42,48 @@ MODEL_ROUTES = {
     "/v1/responses": "responses",
     "/v1/messages": "messages",
 }
+
+
+_SEGMENT = "[^/]+"
+# POST routes whose bodies the official SDKs (openai, anthropic) send as multipart/form-data:
+# uploads of files, audio, images, videos and skills. `{id}` is one path segment.
+UPLOAD_ROUTES = (
+    "/v1/files",
+    "/v1/uploads/{id}/parts",
+    "/v1/audio/transcriptions",
+    "/v1/audio/translations",
+    "/v1/audio/voices",
+    "/v1/audio/voice_consents",
+    "/v1/images/edits",
+    "/v1/images/variations",
+    "/v1/videos",
+    "/v1/videos/edits",
+    "/v1/videos/extensions",
+    "/v1/videos/characters",
+    "/v1/containers/{id}/files",
+    "/v1/skills",
+    "/v1/skills/{id}/versions",
+    "/v1/content_provenance_checks",
+    "/v1/realtime/calls",
+)
+_UPLOAD = re.compile(
+    "(?:"
+    + "|".join(re.escape(route).replace(re.escape("{id}"), _SEGMENT) for route in UPLOAD_ROUTES)
+    + ")/?"
+)
+_JSON = frozenset({"application/json"})
+_UPLOAD_TYPES = frozenset({"application/json", "multipart/form-data"})
+_CALL_TYPES = _UPLOAD_TYPES | {"application/sdp"}
+
+
+def accepted_types(path: str) -> frozenset[str]:
+    """The media types a POST to `path` may carry when it spends the operator's key."""
+    match = _UPLOAD.fullmatch(path)
+    if match is None:
+        return _JSON
+    if path.rstrip("/") == "/v1/realtime/calls":
+        return _CALL_TYPES
+    return _UPLOAD_TYPES
 
 
 class Forbidden(InvalidRequest):
@@ -84,12 +130,18 @@ def origin_refusal(scope: Scope, allowed: tuple[str, ...]) -> ProxyError | None:
             "other origins; an allowed origin's host is loopback or given with --allowed-host.",
             code="origin_not_allowed",
         )
-    if scope["method"] == "POST" and path in MODEL_ROUTES:
+    if scope["method"] == "POST":
         types = found[b"content-type"]
         media = types[0].partition(";")[0].strip().lower() if len(types) == 1 else ""
-        if media != "application/json":
+        accepted = accepted_types(path)
+        if media not in accepted:
+            if accepted is _JSON:
+                message = "Send the body as JSON, with 'Content-Type: application/json'."
+            else:
+                names = " or ".join(f"'{name}'" for name in sorted(accepted))
+                message = f"Send the body with 'Content-Type' {names}."
             return UnsupportedMediaType(
-                "Send the body as JSON, with 'Content-Type: application/json'.",
+                message + " This proxy adds its own upstream key, so it takes no other type.",
                 param="content-type",
             )
     return None
@@ -114,4 +166,10 @@ class OriginGuardMiddleware:
         await self.app(scope, receive, send)
 
 
-__all__ = ["MODEL_ROUTES", "OriginGuardMiddleware", "origin_refusal"]
+__all__ = [
+    "MODEL_ROUTES",
+    "UPLOAD_ROUTES",
+    "OriginGuardMiddleware",
+    "accepted_types",
+    "origin_refusal",
+]

@@ -13,6 +13,7 @@ from proxy.store.base import (
     Store,
     StoredSession,
     StoreError,
+    StoreFull,
     VersionConflict,
 )
 from proxy.store.cache import CachedStore
@@ -26,6 +27,7 @@ __all__ = [
     "SessionTooLarge",
     "Store",
     "StoreError",
+    "StoreFull",
     "StoredSession",
     "VersionConflict",
     "default_store_url",

@@ -6,6 +6,7 @@ Errors::
      |                    through uncompacted when it sees one
      +-- VersionConflict  compare-and-set lost: re-read and re-apply, or give up
      +-- SessionTooLarge  the serialized state is over the store's size cap
+    +-- StoreFull        the store has no room left (disk full, Redis out of memory)
 
 A bad store URL is a configuration error and raises `ValueError` from `open_store`.
 """
@@ -15,13 +16,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import re
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
 from proxy.errors import DegradeError
+
+log = logging.getLogger("proxy.store")
 
 DEFAULT_MAX_SESSION_BYTES = 8 * 2**20
 DEFAULT_TTL_SECONDS = 7 * 86400
@@ -40,6 +45,10 @@ class VersionConflict(StoreError):
 
 class SessionTooLarge(StoreError):
     """The serialized session is larger than the store accepts."""
+
+
+class StoreFull(StoreError):
+    """The store has no room left: SQLite's database or disk is full, Redis is out of memory."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,10 @@ class StoredSession:
     meta: dict[str, Any]
     version: int
     updated_at: float
+    # Why the row cannot be read whole (its metadata is not a JSON object), or None. A
+    # damaged row's state is not used: its session starts afresh, and its next write (over
+    # `version`) replaces the row. Listings skip it.
+    damaged: str | None = None
 
 
 @dataclass
@@ -163,6 +176,9 @@ class Store(Protocol):
         """Whether the store answers; never raises."""
         ...
 
+    # Optional (`/readyz` asks when a store has it): `async def write_failure() -> str | None`,
+    # None while writes go through, else why they fail (`WriteHealth`); never raises.
+
     def release_memory(self) -> None:
         """Drop what the store holds in memory only to go faster (SQLite's page caches).
 
@@ -187,6 +203,62 @@ def decode_meta(text: str | bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise StoreError("stored session metadata is not a JSON object")
     return value
+
+
+def read_meta(raw: object, session_id: str) -> dict[str, Any] | None:
+    """A stored row's metadata, or None when it cannot be read (not UTF-8 JSON text, not an
+    object, missing): logged at warning level with the session's id, and the caller treats
+    the row as damaged (`StoredSession.damaged`, skipped in listings)."""
+    try:
+        if not isinstance(raw, str | bytes):
+            raise TypeError(f"a {type(raw).__name__}, not text")
+        return decode_meta(raw)
+    except (ValueError, TypeError, StoreError) as exc:  # UnicodeDecodeError is a ValueError
+        log.warning(
+            "session %s: stored metadata unreadable (%s); the session starts afresh on its "
+            "next request and is left out of listings",
+            session_id,
+            type(exc).__name__,
+        )
+        return None
+
+
+def damaged_row(key: SessionKey, data: bytes, version: int, updated_at: float) -> StoredSession:
+    """A row whose metadata cannot be read (`read_meta` said why, in the log)."""
+    return StoredSession(key, data, {}, version, updated_at, damaged="metadata unreadable")
+
+
+class WriteHealth:
+    """Whether a store's writes go through, as its last one found (for `/readyz`).
+
+    A store pings fine while every write fails when its disk is full. It notes each write's
+    outcome here (`note`); while the last one failed, `check` tries a write of its own (the
+    store's probe, as large as a session's state) each time it is asked, so that a proxy a
+    balancer took out of service still learns when writes go through again.
+    """
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
+
+    def note(self, exc: BaseException | None) -> None:
+        """A write went through (None) or failed with `exc`; a lost compare-and-set or a
+        state over the size cap says nothing of the store."""
+        if exc is None:
+            self.failure = None
+        elif isinstance(exc, StoreError) and not isinstance(exc, VersionConflict | SessionTooLarge):
+            self.failure = str(exc) or type(exc).__name__
+
+    async def check(self, probe: Callable[[], Awaitable[object]]) -> str | None:
+        """None when writes go through, else why the last one (or the probe) failed."""
+        if self.failure is None:
+            return None
+        try:
+            await probe()
+        except StoreError as exc:
+            self.note(exc)
+            return self.failure
+        self.failure = None
+        return None
 
 
 def check_size(data: bytes, max_bytes: int) -> None:

@@ -204,8 +204,8 @@ class CachedStore:
                 return None
         self._misses += 1
         found = await self.inner.get(key)
-        if found is None:
-            self._drop(key.id)
+        if found is None or found.damaged:
+            self._drop(key.id)  # a damaged row is read from the store until it is rewritten
         else:
             meta = encode_meta(found.meta)
             self._remember(found.key, found.data, meta, found.version, found.updated_at, outside)
@@ -274,6 +274,11 @@ class CachedStore:
 
     async def ping(self) -> bool:
         return await self.inner.ping()
+
+    async def write_failure(self) -> str | None:
+        check = getattr(self.inner, "write_failure", None)
+        failure: str | None = await check() if check is not None else None
+        return failure
 
     def release_memory(self) -> None:
         # The hot states stay: they are bounded (max_entries, max_bytes) and the next turn of

@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from proxy.store.base import (
     DEFAULT_MAX_SESSION_BYTES,
@@ -41,16 +41,19 @@ from proxy.store.base import (
     SessionPage,
     StoredSession,
     StoreError,
+    StoreFull,
     VersionConflict,
+    WriteHealth,
     after_cursor,
     check_limit,
     check_size,
     check_ttl,
+    damaged_row,
     decode_cursor,
-    decode_meta,
     encode_cursor,
     encode_meta,
     new_token,
+    read_meta,
 )
 
 # KEYS: session, index, tenant index, ids, expiry.
@@ -92,6 +95,7 @@ return fields
 
 # KEYS: session, index, tenant index, ids, expiry. ARGV: id, 'stale' to remove only the index
 # entries of a session that no longer exists. Returns 1 when the session key was deleted.
+# It runs while Redis is over `maxmemory` too (its commands only free memory): room can be made.
 _DELETE = """
 if ARGV[2] == 'stale' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local deleted = redis.call('DEL', KEYS[1])
@@ -201,6 +205,7 @@ class RedisStore:
             retry=Retry(NoBackoff(), 1),
         )
         self._client = Redis(connection_pool=self._pool)
+        self._health = WriteHealth()
         self._put = self._client.register_script(_PUT)
         self._get = self._client.register_script(_GET)
         self._delete = self._client.register_script(_DELETE)
@@ -213,7 +218,8 @@ class RedisStore:
         try:
             yield
         except (RedisError, OSError) as exc:
-            raise StoreError(f"Redis store {self.where}: {exc}") from exc
+            error = StoreFull if isinstance(exc, OutOfMemoryError) else StoreError
+            raise error(f"Redis store {self.where}: {exc}") from exc
 
     def _keys(self, suffix: str) -> list[str]:
         tenant_part = suffix.split(":", 1)[0]
@@ -244,7 +250,10 @@ class RedisStore:
             return None
         data, meta, version, updated_at, tenant, session = fields
         key = SessionKey(_text(tenant), _text(session))
-        return StoredSession(key, bytes(data), decode_meta(meta), int(version), float(updated_at))
+        decoded = read_meta(meta, session_id)
+        if decoded is None:
+            return damaged_row(key, bytes(data or b""), int(version), float(updated_at))
+        return StoredSession(key, bytes(data), decoded, int(version), float(updated_at))
 
     async def _drop_stale(self, stale: Sequence[tuple[str, str | None]]) -> None:
         """Remove index entries whose session is gone (the script re-checks atomically)."""
@@ -312,6 +321,22 @@ class RedisStore:
         expected_version: int | None,
         updated_at: float | None = None,
     ) -> int:
+        try:
+            version = await self._put_script(key, data, meta, expected_version, updated_at)
+        except StoreError as exc:
+            self._health.note(exc)
+            raise
+        self._health.note(None)
+        return version
+
+    async def _put_script(
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: dict[str, Any],
+        expected_version: int | None,
+        updated_at: float | None,
+    ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
         suffix = _suffix(key)
@@ -336,8 +361,15 @@ class RedisStore:
         return result
 
     async def delete(self, key: SessionKey) -> bool:
-        with self._errors():
-            return bool(await self._delete(keys=self._keys(_suffix(key)), args=[key.id, "all"]))
+        try:
+            with self._errors():
+                keys = self._keys(_suffix(key))
+                deleted = bool(await self._delete(keys=keys, args=[key.id, "all"]))
+        except StoreError as exc:
+            self._health.note(exc)
+            raise
+        self._health.note(None)
+        return deleted
 
     async def _infos(
         self, session_ids: list[str], stale: list[tuple[str, str | None]]
@@ -363,11 +395,12 @@ class RedisStore:
             if version is None:
                 stale.append((session_id, suffix))
                 continue
+            decoded = read_meta(meta, session_id)
+            if decoded is None:
+                continue  # a damaged row is left out
             key = SessionKey(_text(tenant), _text(session))
             infos.append(
-                SessionInfo(
-                    key, session_id, decode_meta(meta), int(version), float(updated_at), size
-                )
+                SessionInfo(key, session_id, decoded, int(version), float(updated_at), size)
             )
         return infos
 
@@ -441,6 +474,15 @@ class RedisStore:
             return bool(await self._client.ping())
         except Exception:  # the contract: ping reports, it never raises
             return False
+
+    async def write_failure(self) -> str | None:
+        """None while writes go through, else why they fail (Redis out of memory)."""
+        return await self._health.check(self._probe)
+
+    async def _probe(self) -> None:
+        """A small write: Redis refuses every write while it is over `maxmemory`."""
+        with self._errors():
+            await self._client.set(f"{self.prefix}probe", b"1", px=1000)
 
     def release_memory(self) -> None:
         return None  # the server holds the sessions; the client keeps only its connections

@@ -12,12 +12,15 @@ cannot answer at once. Compare-and-set is one statement (`UPDATE ... WHERE versi
 turn changed (`proxy.store.sqlite_rows`, with the table's schema). Leases have their own
 table with a wall-clock expiry; taking one is one upsert that only replaces an expired row
 (`proxy.store.sqlite_leases`). Retention: sessions not written for `ttl_seconds` (and expired
-leases) are deleted when the store connects and then at most once an hour.
+leases) are deleted when the store connects and then at most once an hour. A full disk: the
+store notes whether its writes go through (`write_failure`, for /readyz), and keeps some
+space in reserve for deleting sessions (`proxy.store.sqlite_reserve`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -37,15 +40,17 @@ from proxy.store.base import (
     SessionPage,
     StoredSession,
     StoreError,
+    StoreFull,
     VersionConflict,
+    WriteHealth,
     check_limit,
     check_size,
     check_ttl,
     decode_cursor,
-    decode_meta,
     encode_cursor,
     encode_meta,
     new_token,
+    read_meta,
 )
 from proxy.store.sqlite_reader import (
     WAL_LIMIT_BYTES,
@@ -54,9 +59,11 @@ from proxy.store.sqlite_reader import (
     checkpoint,
     shrink,
 )
+from proxy.store.sqlite_reserve import make_reserve, release_reserve
 from proxy.store.sqlite_rows import LIST_COLUMNS, SCHEMA, add_columns, padded, select
 
 T = TypeVar("T")
+log = logging.getLogger("proxy.store")
 
 _PURGE_EVERY = 3600.0
 # Once a write has waited out the busy timeout (another process holds the database), the next
@@ -96,6 +103,7 @@ class SQLiteStore:
         # write lock (`checkpoint`), and a write that meets it goes to the worker, after it.
         self._checkpointing: Future[Any] | None = None
         self._closed = False
+        self._health = WriteHealth()
         self._reader = InlineReader(self.path)
         self._writer = InlineWriter(self.path)
 
@@ -112,7 +120,9 @@ class SQLiteStore:
         try:
             return await loop.run_in_executor(self._executor, self._call, fn)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+            full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+            error = StoreFull if full else StoreError
+            raise error(f"SQLite store {self.path}: {exc}") from exc
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
@@ -153,6 +163,8 @@ class SQLiteStore:
         try:
             self._set_busy_timeout(conn, self.busy_timeout)
             if not self.read_only:
+                if self.path != ":memory:":
+                    make_reserve(self.path)  # room to delete sessions on a full disk
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.executescript(SCHEMA)
@@ -212,6 +224,22 @@ class SQLiteStore:
         *,
         expected_version: int | None,
         updated_at: float | None = None,
+    ) -> int:
+        try:
+            version = await self._put(key, data, meta, expected_version, updated_at)
+        except StoreError as exc:
+            self._health.note(exc)
+            raise
+        self._health.note(None)
+        return version
+
+    async def _put(
+        self,
+        key: SessionKey,
+        data: bytes,
+        meta: dict[str, Any],
+        expected_version: int | None,
+        updated_at: float | None,
     ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
@@ -281,7 +309,19 @@ class SQLiteStore:
             cur = conn.execute("DELETE FROM sessions WHERE id = ?", (key.id,))
             return cur.rowcount > 0
 
-        return await self._run(remove)
+        try:
+            try:
+                removed = await self._run(remove)
+            except StoreFull:
+                if not release_reserve(self.path):
+                    raise
+                log.warning("disk full: the space held in reserve is freed to delete sessions")
+                removed = await self._run(remove)
+        except StoreError as exc:
+            self._health.note(exc)
+            raise
+        self._health.note(None)
+        return removed
 
     async def list(
         self,
@@ -310,12 +350,14 @@ class SQLiteStore:
         sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
         args.append(limit + 1)
         rows = await self._run(lambda conn: conn.execute(sql, args).fetchall())
+        page = rows[:limit]
         infos = [
-            SessionInfo(SessionKey(t, s), sid, decode_meta(m), v, u, size)
-            for sid, t, s, m, v, u, size in rows[:limit]
+            SessionInfo(SessionKey(t, s), sid, meta, v, u, size)
+            for sid, t, s, m, v, u, size in page
+            if (meta := read_meta(m, sid)) is not None  # a damaged row is left out
         ]
         more = len(rows) > limit
-        next_cursor = encode_cursor(infos[-1].updated_at, infos[-1].id) if more else None
+        next_cursor = encode_cursor(page[-1][5], page[-1][0]) if more else None
         return infos, next_cursor
 
     async def count(self) -> int:
@@ -344,6 +386,12 @@ class SQLiteStore:
         except StoreError:
             return False
         return True
+
+    async def write_failure(self) -> str | None:
+        """None while writes go through (a read-only store: always), else why they fail."""
+        if self.read_only:
+            return None
+        return await self._health.check(lambda: self._run(leases.probe))
 
     def release_memory(self) -> None:
         """Empty both connections' page caches (up to 2 MiB each by SQLite's default, filled

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from proxy.store.base import SessionKey, StoredSession, decode_meta
+from proxy.store.base import SessionKey, StoredSession, damaged_row, read_meta
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -38,7 +38,10 @@ ADDED_COLUMNS = (("size", "INTEGER"), ("size_of", "INTEGER"))
 SCHEMA_VERSION = 3
 
 STORED_SIZE = "CASE WHEN size_of = version THEN size ELSE length(data) END"
-LIST_COLUMNS = f"id, tenant, session, meta, version, updated_at, {STORED_SIZE}"
+# The metadata as bytes: text that is not UTF-8 is then a damaged row (`read_meta`), not an
+# error of the whole query.
+META = "CAST(meta AS BLOB)"
+LIST_COLUMNS = f"id, tenant, session, {META}, version, updated_at, {STORED_SIZE}"
 # States from this size on are stored padded (`padded`).
 PAD_FROM_BYTES = 16 * 2**10
 
@@ -75,7 +78,7 @@ def add_columns(conn: sqlite3.Connection) -> None:
 
 def select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
     row = conn.execute(
-        "SELECT tenant, session, data, meta, version, updated_at, size, size_of"
+        f"SELECT tenant, session, data, {META}, version, updated_at, size, size_of"
         " FROM sessions WHERE id = ?",
         (session_id,),
     ).fetchone()
@@ -83,9 +86,11 @@ def select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
         return None
     tenant, session, data, meta, version, updated_at, size, size_of = row
     state = data[:size] if size is not None and size_of == version else data  # not the padding
-    return StoredSession(
-        SessionKey(tenant, session), bytes(state), decode_meta(meta), version, updated_at
-    )
+    key = SessionKey(tenant, session)
+    decoded = read_meta(meta, session_id)
+    if decoded is None:
+        return damaged_row(key, bytes(state), version, updated_at)
+    return StoredSession(key, bytes(state), decoded, version, updated_at)
 
 
 __all__ = ["LIST_COLUMNS", "PAD_FROM_BYTES", "SCHEMA", "add_columns", "padded", "select"]

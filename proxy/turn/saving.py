@@ -29,7 +29,14 @@ from typing import Protocol
 from proxy.session.merge import merge_states
 from proxy.session.rebuild import Rebuild
 from proxy.session.state import SessionState, seal_hidden
-from proxy.store.base import SessionKey, SessionTooLarge, Store, StoreError, VersionConflict
+from proxy.store.base import (
+    SessionKey,
+    SessionTooLarge,
+    Store,
+    StoredSession,
+    StoreError,
+    VersionConflict,
+)
 
 log = logging.getLogger("proxy.saving")
 
@@ -66,6 +73,13 @@ def parse_state(data: bytes) -> SessionState | None:
     except Exception:  # a corrupt or foreign record must not fail the request
         log.exception("unreadable session state, starting afresh")
         return None
+
+
+def stored_state(stored: StoredSession) -> SessionState | None:
+    """The state of a stored row; None (start afresh) when it cannot be read, its state or
+    the row itself (`StoredSession.damaged`: the store logged which). The session's next
+    save writes over the row's version, so the damaged row is replaced."""
+    return None if stored.damaged else parse_state(stored.data)
 
 
 def shrink(state: SessionState) -> bool:
@@ -149,7 +163,7 @@ async def _merge_latest(turn: Turn) -> bool:
     if latest is None:  # deleted meanwhile: write ours as a new session
         turn.version = turn.saved = None
         return True
-    theirs = parse_state(latest.data)
+    theirs = stored_state(latest)
     merged = (
         None
         if theirs is None
@@ -231,7 +245,7 @@ async def save_together(turns: list[Turn], *, hand_on: bool = False) -> None:
                 first.store_failed("re-read after a conflict", exc)
                 return
             version = None if latest is None else latest.version
-            stored = None if latest is None else parse_state(latest.data)
+            stored = None if latest is None else stored_state(latest)
             continue
         except StoreError as exc:
             first.store_failed("write", exc)

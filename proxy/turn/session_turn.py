@@ -29,7 +29,7 @@ from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
 from proxy.turn.ahead import TurnAhead
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
-from proxy.turn.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn, take_decoded
+from proxy.turn.saving import SETTLE_WAIT_S, SessionWriter, save_turn, stored_state, take_decoded
 from proxy.wire.base import Wire
 from proxy.wire.chat.adapter import ChatWire
 
@@ -127,8 +127,8 @@ class Turn:
             self.version = stored.version
             self.saved = stored.data
             # The object this process's last save of the session wrote, or the bytes decoded.
-            taken = take_decoded(self.store, self.key, stored.version)
-            state = taken if taken is not None else parse_state(stored.data)
+            taken = None if stored.damaged else take_decoded(self.store, self.key, stored.version)
+            state = taken if taken is not None else stored_state(stored)
         try:
             self.rb = self._rebuild(state)
         except UnrecognisedHistory as exc:
@@ -158,7 +158,7 @@ class Turn:
         if await self.store.version(self.key) == self.version:
             return False
         stored = await self.store.get(self.key)
-        state = None if stored is None else parse_state(stored.data)
+        state = None if stored is None else stored_state(stored)
         if state is not None and state.context_window is None:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version

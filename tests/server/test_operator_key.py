@@ -301,3 +301,162 @@ def test_the_keyless_admin_refuses_a_bracketed_prefix(
     assert httpx.get(proxy.url + "/admin/sessions", headers={"Host": "[::1]:8484"}).is_success
     named = make_proxy(allowed_hosts=("xun-proxy",))
     assert httpx.get(named.url + "/admin/sessions", headers={"Host": "xun-proxy"}).is_success
+
+
+# -- issue 34, item 8: every POST under /v1/ needs JSON (multipart on upload routes) --------
+
+# Routes the proxy only passes through, or a model route written another way: each took a
+# text/plain or form body and spent the operator's key.
+JSON_ONLY_POSTS = [
+    "/v1/chat/completions/",
+    "/v1/responses/",
+    "/v1/embeddings",
+    "/v1/completions",
+    "/v1/responses/compact",
+    "/v1/responses/resp_1/cancel",
+    "/v1/images/generations",
+    "/v1/audio/speech",
+    "/v1/moderations",
+    "/v1/batches",
+    "/v1/vector_stores",
+    "/v1/messages/count_tokens",
+    "/v1/messages/batches",
+]
+SIMPLE_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None]
+
+
+def post_as(proxy: RunningProxy, path: str, kind: str | None, body: bytes) -> httpx.Response:
+    anthropic_side = path.startswith("/v1/messages")
+    headers = dict(ANTHROPIC_HEADERS) if anthropic_side else {"Authorization": "Bearer sk-client"}
+    if kind is not None:
+        headers["Content-Type"] = kind
+    return httpx.post(proxy.url + path, content=body, headers=headers)
+
+
+@pytest.mark.parametrize("path", JSON_ONLY_POSTS)
+def test_every_post_under_v1_needs_json(
+    fake_upstream: FakeUpstream, fake_messages: FakeMessages, make_proxy: MakeProxy, path: str
+) -> None:
+    proxy = keyed(make_proxy, fake_messages)
+    body = json.dumps(CHAT).encode()
+    for kind in SIMPLE_TYPES:
+        answer = post_as(proxy, path, kind, body)
+        assert answer.status_code == 415, (path, kind, answer.text)
+        if path.startswith("/v1/messages/"):
+            assert answer.json()["type"] == "error"  # Anthropic's shape
+            assert answer.json()["error"]["type"] == "invalid_request_error"
+            assert "application/json" in answer.json()["error"]["message"]
+        else:
+            error = openai_error(answer)
+            assert (error["code"], error["param"]) == ("unsupported_media_type", "content-type")
+            assert "application/json" in error["message"]
+    assert fake_upstream.requests == [] and fake_messages.requests == []
+    answer = post_as(proxy, path, "application/json", body)  # JSON still goes through
+    assert answer.status_code != 415
+    upstream = fake_messages if path.startswith("/v1/messages/") else fake_upstream
+    assert len(upstream.requests) == 1
+
+
+UPLOADS = [
+    "/v1/files",
+    "/v1/files/",
+    "/v1/uploads/upload_1/parts",
+    "/v1/audio/transcriptions",
+    "/v1/audio/translations",
+    "/v1/audio/voices",
+    "/v1/audio/voice_consents",
+    "/v1/images/edits",
+    "/v1/images/variations",
+    "/v1/videos",
+    "/v1/videos/edits",
+    "/v1/videos/extensions",
+    "/v1/videos/characters",
+    "/v1/containers/cntr_1/files",
+    "/v1/skills",
+    "/v1/skills/skill_1/versions",
+    "/v1/content_provenance_checks",
+    "/v1/realtime/calls",
+]
+
+
+@pytest.mark.parametrize("path", UPLOADS)
+def test_upload_routes_take_multipart_and_json_only(
+    fake_upstream: FakeUpstream, fake_messages: FakeMessages, make_proxy: MakeProxy, path: str
+) -> None:
+    proxy = keyed(make_proxy, fake_messages)
+    for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+        answer = post_as(proxy, path, kind, b"purpose=batch")
+        assert answer.status_code == 415, (path, kind)
+        error = openai_error(answer)
+        assert error["code"] == "unsupported_media_type"
+        assert "multipart/form-data" in error["message"]
+    assert fake_upstream.requests == []
+    multipart = httpx.post(
+        proxy.url + path, files={"file": ("a.txt", b"hello")}, data={"purpose": "batch"}
+    )
+    assert multipart.status_code == 404  # the fake upstream has no such route: it got there
+    [seen] = fake_upstream.requests
+    assert seen.headers["content-type"].startswith("multipart/form-data; boundary=")
+    assert seen.headers["authorization"] == f"Bearer {OPERATOR_KEY}"
+
+
+def test_the_sdks_uploads_still_spend_the_key(
+    fake_upstream: FakeUpstream,
+    fake_messages: FakeMessages,
+    make_proxy: MakeProxy,
+    openai_client: OpenAIClientFactory,
+) -> None:
+    proxy = keyed(make_proxy, fake_messages)
+    client = openai_client(proxy, session=None)
+    with pytest.raises(openai.NotFoundError):  # the fake upstream has no files route
+        client.files.create(file=("notes.jsonl", b"{}\n"), purpose="batch")
+    with pytest.raises(openai.NotFoundError):
+        client.audio.transcriptions.create(file=("a.wav", b"RIFF"), model="whisper-1")
+    assert client.embeddings.create(model="text-embedding-3-small", input="hi").data
+    with pytest.raises(openai.NotFoundError):  # a POST without a body: the SDK says JSON
+        client.batches.cancel("batch_1")
+    paths = [(r.path, r.headers["content-type"].split(";")[0]) for r in fake_upstream.requests]
+    assert paths == [
+        ("/v1/files", "multipart/form-data"),
+        ("/v1/audio/transcriptions", "multipart/form-data"),
+        ("/v1/embeddings", "application/json"),
+        ("/v1/batches/batch_1/cancel", "application/json"),
+    ]
+    keys = {r.headers["authorization"] for r in fake_upstream.requests}
+    assert keys == {f"Bearer {OPERATOR_KEY}"}
+
+
+def test_realtime_calls_take_an_sdp_offer(
+    fake_upstream: FakeUpstream, fake_messages: FakeMessages, make_proxy: MakeProxy
+) -> None:
+    proxy = keyed(make_proxy, fake_messages)
+    offer = b"v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\n"
+    answer = post_as(proxy, "/v1/realtime/calls", "application/sdp", offer)
+    assert answer.status_code == 404  # passed through to the fake upstream
+    assert post_as(proxy, "/v1/files", "application/sdp", offer).status_code == 415
+    assert [r.path for r in fake_upstream.requests] == ["/v1/realtime/calls"]
+
+
+# -- issue 34, item 9: a fully qualified name (trailing dot) is the same name ---------------
+
+
+def test_a_trailing_dot_names_the_same_host(
+    fake_upstream: FakeUpstream, fake_messages: FakeMessages, make_proxy: MakeProxy
+) -> None:
+    for host in ("localhost.", "LOCALHOST.:8484", "127.0.0.1.", "localhost.:1"):
+        assert allowed_host(host), host
+        assert allowed_origin(f"http://{host}"), host
+    for host in ("localhost..", ".", "localhost.evil.com.", "localhost:80.", ".localhost"):
+        assert not allowed_host(host), host
+    assert normalise_names(["Proxy.Internal."]) == ("proxy.internal",)
+    assert allowed_host("proxy.internal.:443", normalise_names(["proxy.internal"]))
+    assert allowed_host("proxy.internal", normalise_names(["proxy.internal."]))
+
+    proxy = keyed(make_proxy, fake_messages, allowed_hosts=("proxy.internal.",))
+    for host in ("localhost.", f"localhost.:{proxy.port}", "proxy.internal.", "proxy.internal"):
+        headers = {"Host": host, "Origin": f"http://{host}"}
+        answer = httpx.post(proxy.base_url + "/chat/completions", json=CHAT, headers=headers)
+        assert answer.status_code == 200, (host, answer.text)
+    keyless = make_proxy()  # loopback bind, no admin key: the admin API checks the Host
+    answer = httpx.get(keyless.url + "/admin/sessions", headers={"Host": "localhost."})
+    assert answer.status_code == 200, answer.text

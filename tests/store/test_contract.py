@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ from proxy.store import (
     StoreError,
     VersionConflict,
 )
-from tests.store.conftest import MakeStore
+from tests.store.conftest import DamageMeta, MakeStore
 
 KEY = SessionKey("tenant-a", "session-1")
 
@@ -344,3 +345,51 @@ async def test_concurrent_writers_on_two_instances(make_store: MakeStore) -> Non
     await asyncio.gather(*(increment(stores[n % 2]) for n in range(20)))
     final = await stores[1].get(KEY)
     assert final is not None and (final.data, final.version) == (b"20", 21)
+
+
+# -- issue 34, item 3: a row whose metadata cannot be read --------------------------------
+
+DAMAGED_META = {
+    "not-json": b"{not json",
+    "not-an-object": b"[1, 2]",
+    "not-utf8": b"\xff\xfe{}",
+    "missing": None,
+}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "cached-sqlite", "cached-redis"])
+@pytest.mark.parametrize("damage", list(DAMAGED_META))
+async def test_a_row_whose_meta_cannot_be_read_starts_afresh(
+    make_store: MakeStore,
+    damage_meta: DamageMeta,
+    damage: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only that row is affected: it reads as damaged (its version kept, so that a write over
+    it replaces it), listings leave it out and the log names it."""
+    store = await make_store()
+    other = SessionKey("tenant-a", "session-2")
+    await put_new(store, KEY, b"damaged-state", messages=3)
+    await put_new(store, other, b"other-state", messages=5)
+    await damage_meta(KEY, DAMAGED_META[damage])
+    caplog.set_level(logging.WARNING, logger="proxy.store")
+    reader = await make_store()  # a fresh instance: nothing of the row in a cache
+
+    found = await reader.get(KEY)
+    assert found is not None and found.damaged and found.version == 1
+    by_id = await reader.get_by_id(KEY.id)
+    assert by_id is not None and by_id.damaged and by_id.key == KEY
+    assert any(KEY.id in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert await list_all(reader) == [other]
+    assert await list_all(reader, tenant="tenant-a") == [other]
+    assert await paginate(reader, 1) == [other]
+    healthy = await reader.get(other)
+    assert healthy is not None and not healthy.damaged and healthy.meta == {"messages": 5}
+
+    # The session's next write replaces the row, which is then whole again.
+    version = await reader.put(KEY, b"fresh", {"messages": 1}, expected_version=found.version)
+    assert version == 2
+    again = await store.get(KEY)
+    assert again is not None and not again.damaged
+    assert (again.data, again.meta) == (b"fresh", {"messages": 1})
+    assert sorted(await list_all(reader), key=lambda k: k.session) == [KEY, other]

@@ -12,8 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store import SessionKey, SessionTooLarge, StoreError, open_store, sqlite_reader
+from proxy.store import (
+    SessionKey,
+    SessionTooLarge,
+    StoreError,
+    StoreFull,
+    VersionConflict,
+    open_store,
+    sqlite_reader,
+)
 from proxy.store.sqlite import SQLiteStore
+from proxy.store.sqlite_reserve import RESERVE_BYTES, release_reserve, reserve_path
+from tests.store.conftest import FullSQLite
 
 KEY = SessionKey("tenant", "session")
 
@@ -456,3 +466,84 @@ async def test_the_checkpoint_is_paced_by_the_pages_the_wal_holds(tmp_path: Path
         assert 1 <= asked <= 3, asked
     finally:
         await store.close()
+
+
+# -- issue 34, item 6: a full database ----------------------------------------------------
+
+
+async def test_a_full_database_fails_writes_until_room_is_made(tmp_path: Path) -> None:
+    """The store still pings while every write fails; `write_failure` says so (its probe
+    fails too), deleting sessions works meanwhile, and once they made room it clears."""
+    store = FullSQLite(tmp_path / "full.db")
+    try:
+        keys = [SessionKey("t", f"s{n}") for n in range(3)]
+        for key in keys:
+            await store.put(key, b"x" * 40_000, {}, expected_version=None)
+        assert await store.write_failure() is None
+        store.full = True
+        new = SessionKey("t", "new")
+        with pytest.raises(StoreFull, match="full"):
+            await store.put(new, b"y" * 40_000, {}, expected_version=None)
+        assert await store.ping()  # what /readyz asked, and all it asked
+        failure = await store.write_failure()
+        assert failure is not None and "full" in failure
+        assert await store.write_failure() == failure  # the probe fails as the write did
+        with pytest.raises(VersionConflict):  # a lost compare-and-set does not clear it
+            await store.put(keys[2], b"z" * 40_000, {}, expected_version=5)
+        assert await store.write_failure() is not None
+        assert await store.delete(keys[0]) and await store.delete(keys[1])  # while full
+        assert await store.write_failure() is None  # the probe fits in the freed pages
+        assert await store.put(new, b"y" * 40_000, {}, expected_version=None) == 1
+        assert [row.key for row in (await store.list())[0]] == [new, keys[2]]
+    finally:
+        await store.close()
+
+
+async def test_a_read_only_store_reports_no_write_failure(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    writer = SQLiteStore(path)
+    await writer.put(SessionKey("t", "s"), b"x", {}, expected_version=None)
+    await writer.close()
+    reader = SQLiteStore(path, read_only=True)
+    try:
+        with pytest.raises(StoreError):
+            await reader.put(SessionKey("t", "s2"), b"x", {}, expected_version=None)
+        assert await reader.write_failure() is None  # read-only by the operator's choice
+    finally:
+        await reader.close()
+
+
+def reserve_of(path: Path) -> tuple[int, int] | None:
+    """The reserve file's size and the bytes of disk it takes, or None when there is none."""
+    try:
+        found = os.stat(reserve_path(str(path)))
+    except FileNotFoundError:
+        return None
+    return found.st_size, found.st_blocks * 512
+
+
+async def test_the_store_keeps_disk_space_in_reserve(tmp_path: Path) -> None:
+    """A file beside the database holds `RESERVE_BYTES` (real blocks, not a sparse file),
+    made when the store opens the file; freed for a delete on a full disk
+    (tests/reliability/test_store_full.py), made again by the next start. A read-only or
+    in-memory store keeps none."""
+    path = tmp_path / "kept.db"
+    store = SQLiteStore(path)
+    await store.put(SessionKey("t", "s"), b"x", {}, expected_version=None)
+    kept = reserve_of(path)
+    assert kept is not None and kept[0] == RESERVE_BYTES and kept[1] >= RESERVE_BYTES
+    await store.close()
+    assert release_reserve(str(path)) and reserve_of(path) is None
+    assert not release_reserve(str(path))
+    again = SQLiteStore(path)
+    assert await again.count() == 1
+    assert reserve_of(path) == kept
+    await again.close()
+    assert release_reserve(str(path))
+    reader = SQLiteStore(path, read_only=True)
+    assert await reader.count() == 1
+    await reader.close()
+    memory = SQLiteStore(":memory:")
+    assert await memory.count() == 0
+    await memory.close()
+    assert reserve_of(path) is None and reserve_of(Path(":memory:")) is None
