@@ -90,6 +90,11 @@ OPTIONS: tuple[Option, ...] = (
         "--summary-upstream-api-key",
     ),
     Option("summary_ahead", "auto_compact.summary_ahead", "XUN_SUMMARY_AHEAD", "--summary-ahead"),
+    Option(
+        "summary_ahead_connections",
+        "auto_compact.summary_ahead_connections",
+        "XUN_SUMMARY_AHEAD_CONNECTIONS",
+    ),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
     Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),

@@ -43,6 +43,7 @@ from proxy.settings import ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
 from proxy.turn.ahead import AheadTasks
+from proxy.turn.ahead_limits import share_of
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.saving import SessionWriter
 from proxy.turn.summary_upstream import open_summary_upstream
@@ -192,7 +193,8 @@ def create_app(
         app.state.summary_upstream = summaries
         app.state.store = active
         app.state.writer = writer = SessionWriter(on_store_error=metrics.store_errors.inc)
-        app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead)
+        share = share_of(settings.max_upstream_connections, settings.summary_ahead_connections)
+        app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead, share=share)
         try:
             yield
         finally:

@@ -94,7 +94,9 @@ def _ahead_counter(registry: CollectorRegistry) -> Counter:
         "xun_summary_ahead",
         "Summaries written ahead of the turn that needs them, by outcome: started, ready, "
         "used, unused (stale or superseded, never sent), waiting (a turn that would have "
-        "summarised went up without), busy (another request or replica writes it), failed.",
+        "summarised went up without), busy (another request or replica writes it), failed, "
+        "deferred (the share of upstream connections was full), backoff (a try skipped after "
+        "failures).",
         ["outcome"],
         registry=registry,
     )

@@ -82,7 +82,11 @@ class ShadowPipeline(Pipeline):
         self.projected: int | None = None
 
     async def post_summary(
-        self, chat_body: JSON, bill: Callable[[Usage | None], None] | None = None
+        self,
+        chat_body: JSON,
+        bill: Callable[[Usage | None], None] | None = None,
+        *,
+        background: bool = False,
     ) -> JSON:
         """No summary request goes upstream in shadow mode: a stand-in of a summary's size."""
         self.stand_ins += 1
