@@ -76,6 +76,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
     Option("mode", "auto_compact.mode", "XUN_MODE", "--mode"),
+    Option("shadow_budget", "auto_compact.shadow_budget", "XUN_SHADOW_BUDGET"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
     Option(
         "summary_upstream",

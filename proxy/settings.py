@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     # compact: requests go upstream compacted. shadow: every request goes upstream exactly as
     # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
     mode: Literal["compact", "shadow"] = "compact"
+    # Seconds a shadow turn may take beside its pass-through; past them it is abandoned.
+    shadow_budget: float = Field(default=5.0, gt=0)
     summary_model: str | None = None
     # An OpenAI-compatible server of their own for summaries (Chat Completions), and its key.
     summary_upstream: str | None = None

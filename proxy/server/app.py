@@ -46,6 +46,7 @@ from proxy.turn.ahead import AheadTasks
 from proxy.turn.ahead_limits import share_of
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.saving import SessionWriter
+from proxy.turn.shadow_work import ShadowTasks
 from proxy.turn.summary_upstream import open_summary_upstream
 from proxy.upstream.client import Pool, Upstream
 from proxy.wire.neutral_reuse import NeutralReuse
@@ -195,10 +196,12 @@ def create_app(
         app.state.writer = writer = SessionWriter(on_store_error=metrics.store_errors.inc)
         share = share_of(settings.max_upstream_connections, settings.summary_ahead_connections)
         app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead, share=share)
+        app.state.shadow = shadow = ShadowTasks(abandoned=metrics.shadow_abandoned.inc)
         try:
             yield
         finally:
             await ahead.close()  # summaries in flight are lost; only finished ones are stored
+            await shadow.close()
             await writer.idle()  # the last turns' saves land before the store closes
             await upstream.aclose()
             await anthropic.aclose()
