@@ -77,6 +77,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("auto_compact_enabled", "auto_compact.enabled", "XUN_AUTO_COMPACT", "--no-auto-compact"),
     Option("mode", "auto_compact.mode", "XUN_MODE", "--mode"),
+    Option("shadow_budget", "auto_compact.shadow_budget", "XUN_SHADOW_BUDGET"),
     Option("summary_model", "auto_compact.summary_model", "XUN_SUMMARY_MODEL", "--summary-model"),
     Option(
         "summary_upstream",
@@ -91,6 +92,11 @@ OPTIONS: tuple[Option, ...] = (
         "--summary-upstream-api-key",
     ),
     Option("summary_ahead", "auto_compact.summary_ahead", "XUN_SUMMARY_AHEAD", "--summary-ahead"),
+    Option(
+        "summary_ahead_connections",
+        "auto_compact.summary_ahead_connections",
+        "XUN_SUMMARY_AHEAD_CONNECTIONS",
+    ),
     Option("toolcall_keep_max", "auto_compact.toolcall_keep_max", "XUN_TOOLCALL_KEEP_MAX"),
     Option("summary_keep_max", "auto_compact.summary_keep_max", "XUN_SUMMARY_KEEP_MAX"),
     Option("tail_max_tokens", "auto_compact.tail_max_tokens", "XUN_TAIL_MAX_TOKENS"),

@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     # compact: requests go upstream compacted. shadow: every request goes upstream exactly as
     # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
     mode: Literal["compact", "shadow"] = "compact"
+    # Seconds a shadow turn may take beside its pass-through; past them it is abandoned.
+    shadow_budget: float = Field(default=5.0, gt=0)
     summary_model: str | None = None
     # An OpenAI-compatible server of their own for summaries (Chat Completions), and its key.
     summary_upstream: str | None = None
@@ -128,6 +130,9 @@ class Settings(BaseSettings):
     # Write a session's next summary in the background before the turn that needs it
     # (proxy.turn.ahead); off: the crossing turn waits for its summary.
     summary_ahead: bool = True
+    # Summaries written ahead waiting on the upstream at once, across sessions (None: a quarter
+    # of max_upstream_connections); more wait for a later turn (proxy.turn.ahead_limits).
+    summary_ahead_connections: int | None = Field(default=None, gt=0)
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
     # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the

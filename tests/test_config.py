@@ -71,6 +71,8 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     ),
     "summary_upstream_api_key": ("sk-s-f", "sk-s-e", "sk-s-g", "sk-s-f", "sk-s-e", "sk-s-g"),
     "summary_ahead": (False, "on", "off", False, True, False),
+    "summary_ahead_connections": (3, "4", 5, 3, 4, 5),
+    "shadow_budget": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
     "tail_max_tokens": (6, "7", 8, 6, 7, 8),

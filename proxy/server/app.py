@@ -43,8 +43,10 @@ from proxy.settings import ConfigError, Settings
 from proxy.store import CachedStore, Store, open_store
 from proxy.store.cache import with_cache
 from proxy.turn.ahead import AheadTasks
+from proxy.turn.ahead_limits import share_of
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.saving import SessionWriter
+from proxy.turn.shadow_work import ShadowTasks
 from proxy.turn.summary_upstream import open_summary_upstream
 from proxy.upstream.client import Pool, Upstream
 from proxy.wire.neutral_reuse import NeutralReuse
@@ -202,11 +204,14 @@ def create_app(
         app.state.summary_upstream = summaries
         app.state.store = active
         app.state.writer = writer = SessionWriter(on_store_error=metrics.store_errors.inc)
-        app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead)
+        share = share_of(settings.max_upstream_connections, settings.summary_ahead_connections)
+        app.state.ahead = ahead = AheadTasks(count=metrics.count_ahead, share=share)
+        app.state.shadow = shadow = ShadowTasks(abandoned=metrics.shadow_abandoned.inc)
         try:
             yield
         finally:
             await ahead.close()  # summaries in flight are lost; only finished ones are stored
+            await shadow.close()
             await writer.idle()  # the last turns' saves land before the store closes
             await upstream.aclose()
             await anthropic.aclose()

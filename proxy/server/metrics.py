@@ -94,7 +94,9 @@ def _ahead_counter(registry: CollectorRegistry) -> Counter:
         "xun_summary_ahead",
         "Summaries written ahead of the turn that needs them, by outcome: started, ready, "
         "used, unused (stale or superseded, never sent), waiting (a turn that would have "
-        "summarised went up without), busy (another request or replica writes it), failed.",
+        "summarised went up without), busy (another request or replica writes it), failed, "
+        "deferred (the share of upstream connections was full), backoff (a try skipped after "
+        "failures).",
         ["outcome"],
         registry=registry,
     )
@@ -168,7 +170,7 @@ class Metrics:
         self.store_errors = Counter(
             "xun_store_errors", "Session store operations that failed.", registry=reg
         )
-        self.summary_ahead = _ahead_counter(reg)
+        self._background_metrics(reg)
         self.degraded = Counter(
             "xun_degraded_requests",
             "Session requests sent upstream uncompacted, by reason.",
@@ -184,6 +186,15 @@ class Metrics:
         )
         self._add_gauges(reg)
         self._counted_at = float("-inf")
+
+    def _background_metrics(self, reg: CollectorRegistry) -> None:
+        """The work the proxy does beside the requests: summaries ahead, shadow turns."""
+        self.summary_ahead = _ahead_counter(reg)
+        self.shadow_abandoned = Counter(
+            "xun_shadow_abandoned",
+            "Shadow turns abandoned past their time budget (the request only passed through).",
+            registry=reg,
+        )
 
     def _add_gauges(self, reg: CollectorRegistry) -> None:
         # How each sums over workers: the latest count taken, and one per live worker.

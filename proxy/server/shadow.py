@@ -2,15 +2,16 @@
 same bytes, path, query and headers as a pass-through), and its answer comes back as a
 pass-through's does, while `proxy.turn.shadow` works out and records what the proxy would
 have sent. `--mode shadow` (`XUN_MODE`) for every request, `X-Xun-Compact: shadow` for one;
-`X-Xun-Compact: off` always wins. The shadow work runs before the request goes upstream
-(no upstream call of its own: about the proxy's overhead on a compacting request), and any
-failure of it leaves only a plain pass-through.
+`X-Xun-Compact: off` always wins. The request goes upstream at once; the shadow work (no
+upstream call of its own: about the proxy's overhead on a compacting request) runs beside it
+within a time budget (`proxy.turn.shadow_work`), and any failure of it, or a run past its
+budget, leaves only a plain pass-through.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -22,12 +23,14 @@ from proxy.server.forward import Tap, forward
 from proxy.session.json_limits import Written
 from proxy.settings import Settings
 from proxy.turn.shadow import ShadowPipeline, ShadowTap
+from proxy.turn.shadow_work import ShadowWork
 from proxy.upstream.client import Upstream, UpstreamResponse
 from proxy.wire.base import JSON, Wire
 
 log = logging.getLogger("proxy.shadow")
 
 COMPACT_HEADER = "x-xun-compact"
+PENDING = "pending"  # x-xun-shadow while the shadow turn is still worked out
 MAX_SESSION_ID_CHARS = 16384
 
 
@@ -59,32 +62,43 @@ async def serve(
     session_id: str,
     reading: Reading,
 ) -> Response:
-    """Pass the request through as it came (`encoded`: its body's bytes) and shadow it."""
-    pipeline = await _prepared(request, wire, upstream, encoded, session_id, reading)
+    """Pass the request through as it came (`encoded`: its body's bytes) at once, and shadow
+    it beside (`proxy.turn.shadow_work`)."""
+    work, pipeline = None, None
+    built = _built(request, wire, upstream, encoded, session_id, reading)
+    if built is not None:
+        pipeline, prepare = built
+        state = request.app.state
+        key = pipeline.turn.key.id
+        work = ShadowWork(state.shadow, key, prepare, state.settings.shadow_budget)
 
     def tap(response: UpstreamResponse) -> Tap:
         assert pipeline is not None
         kind = response.headers.get("content-type", "")
-        return ShadowTap(pipeline, response.status_code, kind)
+        return ShadowTap(pipeline, response.status_code, kind, work)
 
-    passed = forward(request, body=encoded, upstream=upstream, tap=tap if pipeline else None)
+    passed = forward(request, body=encoded, upstream=upstream, tap=tap if work else None)
     response = await unless_client_leaves(request.receive, passed)
-    if pipeline is not None:  # where to find it (admin API), and what it would have done
+    if pipeline is not None and work is not None and (not await work.settle() or work.ok):
+        # Where to find it (admin API), and what it would have done: `pending` while the
+        # shadow turn is still being worked out as the answer starts.
+        shadowed = pipeline.turn.compaction if work.done else PENDING
         response.raw_headers.append((b"x-xun-session", pipeline.turn.key.id.encode("latin-1")))
-        response.raw_headers.append((b"x-xun-shadow", pipeline.turn.compaction.encode("latin-1")))
+        response.raw_headers.append((b"x-xun-shadow", shadowed.encode("latin-1")))
     return response
 
 
-async def _prepared(
+def _built(
     request: Request,
     wire: Wire,
     upstream: Upstream,
     encoded: bytes,
     session_id: str,
     reading: Reading,
-) -> ShadowPipeline | None:
-    """The shadow turn, loaded and compacted; None where there is nothing to shadow or the
-    shadow work failed (the request then only passes through)."""
+) -> tuple[ShadowPipeline, Callable[[], Awaitable[bool]]] | None:
+    """The shadow turn, its body read, and its preparation (whether it left a turn to
+    record); None where there is nothing to shadow or the body cannot be read (the request
+    then only passes through)."""
     settings: Settings = request.app.state.settings
     if len(session_id) > MAX_SESSION_ID_CHARS:
         return None
@@ -95,15 +109,18 @@ async def _prepared(
         if blocked:
             return None
         pipeline = ShadowPipeline(request, body, session_id, wire, upstream, written)
-        turn = pipeline.turn
-        turn.messages, turn.received_written = reading.neutral(body, written, turn.key.id)
-        await pipeline.prepare()
-    except Exception as exc:  # bad input, a history the wire cannot read, the store
+    except Exception as exc:  # bad input
         log.info("not shadowing this request: %s", type(exc).__name__)
         return None
-    if pipeline.turn.rb is None:
-        return None  # nothing to record (a store outage, a side request)
-    return pipeline
+    turn = pipeline.turn
+    neutral = reading.neutral
+
+    async def prepare() -> bool:
+        turn.messages, turn.received_written = neutral(body, written, turn.key.id)
+        await pipeline.prepare()
+        return pipeline.prepared()
+
+    return pipeline, prepare
 
 
 __all__ = ["Reading", "requested", "serve"]

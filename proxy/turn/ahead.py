@@ -16,10 +16,12 @@ model. Made inside the turn that crosses the strategy's point, that turn waits f
   goes upstream as it would have without compacting, and the summary joins a later turn.
   Only a request that would not fit the model's window without one waits, as before.
 - Bounded: one summary in flight per session in a process (`AheadTasks`) and across replicas
-  sharing a store (a lease on the session's summary slot); one that is never used is counted
-  (`xun_summary_ahead_total{outcome="unused"}` and the turn record). A failure is logged and
-  costs the client nothing. At shutdown the summaries in flight are dropped: only finished
-  ones are ever stored, so nothing half-written is used after a restart.
+  sharing a store (a lease on the session's summary slot); across sessions, a share of the
+  upstream connections, and never a connection a client's request could have had; after a
+  failure, the session's tries are spaced out (`proxy.turn.ahead_limits`). One that is never
+  used is counted (`xun_summary_ahead_total{outcome="unused"}` and the turn record). A failure
+  is logged and costs the client nothing. At shutdown the summaries in flight are dropped:
+  only finished ones are ever stored, so nothing half-written is used after a restart.
 """
 
 from __future__ import annotations
@@ -45,11 +47,13 @@ from proxy.compaction.ahead import (
 from proxy.compaction.economics import Economics
 from proxy.compaction.summarizer import Summarizer
 from proxy.conversation_message import SystemPrompt
+from proxy.errors import ServiceUnavailable
 from proxy.session.prepared import Prepared, base_of
 from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
 from proxy.session.turn_log import decode
 from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
+from proxy.turn.ahead_limits import Backoff, Share
 from proxy.turn.lease import LEASE_TTL_S
 from proxy.turn.saving import parse_state
 from proxy.turn.savings import Measure
@@ -67,18 +71,23 @@ PUBLISH_ATTEMPTS = 20
 QUICK_SUMMARY_SECONDS = 1.0
 
 Count = Callable[[str], None]
+POOL_FULL = "upstream_pool_exhausted"
 
 
 class AheadTasks:
     """The process's summaries in flight, one per session; dropped at shutdown.
 
     `count(outcome)` feeds the metric: started, ready, used, unused, waiting (a turn that
-    would have summarised went up without), busy (another replica writes it), failed.
+    would have summarised went up without), busy (another replica writes it), failed,
+    deferred (the share of the upstream pool was full, `proxy.turn.ahead_limits`), backoff (a
+    turn that skipped its try after failures).
     """
 
-    def __init__(self, count: Count | None = None) -> None:
+    def __init__(self, count: Count | None = None, share: int = 1 << 30) -> None:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.count: Count = count or (lambda outcome: None)
+        self.share = Share(share)  # summaries waiting on the upstream at once, at most
+        self.backoff = Backoff()
         # How long the last summary of each model took here: a session's first summary
         # starts as far ahead as that needs (the session's own is kept in its state).
         self.seconds: dict[str, float] = {}
@@ -121,7 +130,11 @@ class Pipeline(Protocol):
     client_body: dict[str, Any]
 
     async def post_summary(
-        self, chat_body: dict[str, Any], bill: Callable[[Usage | None], None] | None = None
+        self,
+        chat_body: dict[str, Any],
+        bill: Callable[[Usage | None], None] | None = None,
+        *,
+        background: bool = False,
     ) -> dict[str, Any]: ...
     def summary_model(self) -> str | None: ...
     def threshold(self) -> int: ...
@@ -143,6 +156,10 @@ class Job:
 
     def count(self, outcome: str) -> None:
         self.tasks.count(outcome)
+        if outcome == "failed":
+            self.tasks.backoff.failed(self.key.id)
+        elif outcome == "ready":
+            self.tasks.backoff.succeeded(self.key.id)
 
 
 @dataclass
@@ -252,6 +269,9 @@ class TurnAhead:
         prepared = Prepared.of(state.ahead)
         if prepared is not None and prepared.fits(state, rb.chain):
             return  # one is ready for the crossing
+        if self.tasks.backoff.wait(turn.key.id):
+            self.tasks.count("backoff")  # the last tries failed: this turn does not try
+            return
         waiting = self.summarizer is not None and self.summarizer.deferred
         probe = None if waiting else self._probe(p, rb)
         if not waiting and probe is None:
@@ -306,7 +326,7 @@ class TurnAhead:
         shared = self._shares(p)
         bills: list[Usage | None] = []
         summarizer = Summarizer(
-            post=lambda body: p.post_summary(body, bills.append),
+            post=lambda body: p.post_summary(body, bills.append, background=True),
             model=self._model(p),
             tools=turn.upstream_tools() if shared else turn.summary_tools(),
             prefix=rb.upstream_messages() if shared else None,  # as sent: read from the cache
@@ -376,11 +396,20 @@ async def _run(job: Job, probe: Probe | None) -> None:
     try:
         if probe is not None and not await near(probe):
             return
-        job.count("started")
-        await prepare(job)
+        if not job.tasks.share.take():
+            job.count("deferred")  # as many as the share allows wait on the upstream
+            return
+        try:
+            job.count("started")
+            await prepare(job)
+        finally:
+            job.tasks.share.give()
     except asyncio.CancelledError:
         raise
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ServiceUnavailable) and exc.code == POOL_FULL:
+            job.count("deferred")  # no upstream connection free: the clients' requests first
+            return
         log.exception("preparing a summary ahead failed")
         job.count("failed")
 

@@ -132,25 +132,31 @@ class Pipeline:
         return bool(self.settings.auto_compact_enabled)
 
     async def post_summary(
-        self, chat_body: JSON, bill: Callable[[Usage | None], None] | None = None
+        self,
+        chat_body: JSON,
+        bill: Callable[[Usage | None], None] | None = None,
+        *,
+        background: bool = False,
     ) -> JSON:
         """A summary request, made in the session's own API (or in Chat Completions to the
         summary upstream, when one is set); what it was billed goes to `bill` (a summary
-        written ahead keeps it for the turn that uses it), else to this turn's savings."""
+        written ahead keeps it for the turn that uses it), else to this turn's savings.
+        `background`: a summary written ahead, which never waits for a pool connection."""
         started = time.perf_counter()
         note = bill or self.measure.summary
         elsewhere = getattr(self.request.app.state, "summary_upstream", None)
         try:
             if elsewhere is not None:
+                on_reply = billed(ChatWire(), note)
                 return await post_summary_elsewhere(
-                    elsewhere, self.settings, chat_body, on_reply=billed(ChatWire(), note)
+                    elsewhere, self.settings, chat_body, on_reply, background=background
                 )
             summary = self.binder.bind(
                 self.wire.summary_body(self.client_body, chat_body), own=False
             )
             return await post_summary(
                 self.wire,
-                self.upstream.post_json,
+                functools.partial(self.upstream.post_json, background=background),
                 summary,
                 self.headers,
                 on_reply=billed(self.wire, note),

@@ -29,6 +29,7 @@ from proxy.session.rebuild import Rebuild, record_turn
 from proxy.store.base import SessionKey
 from proxy.turn import savings
 from proxy.turn.pipeline import Pipeline
+from proxy.turn.shadow_work import ShadowWork
 from proxy.upstream.client import Upstream
 from proxy.wire.base import JSON, StreamRelay, Usage, Wire
 from proxy.wire.sse import SSEDecoder
@@ -82,12 +83,20 @@ class ShadowPipeline(Pipeline):
         self.projected: int | None = None
 
     async def post_summary(
-        self, chat_body: JSON, bill: Callable[[Usage | None], None] | None = None
+        self,
+        chat_body: JSON,
+        bill: Callable[[Usage | None], None] | None = None,
+        *,
+        background: bool = False,
     ) -> JSON:
         """No summary request goes upstream in shadow mode: a stand-in of a summary's size."""
         self.stand_ins += 1
         message = {"role": "assistant", "content": stand_in_summary()}
         return {"choices": [{"index": 0, "message": message}], "usage": {}}
+
+    def prepared(self) -> bool:
+        """Whether the preparation left a turn to record (not a store outage, a side request)."""
+        return self.turn.rb is not None
 
     def direct_estimate(self, rb: Rebuild) -> int:
         """The proxy's estimate of the client's own request (what went upstream)."""
@@ -156,8 +165,15 @@ class ShadowTap:
     """Reads the usage of the passed-through answer as it goes by (`proxy.server.forward.Tap`),
     then finishes the shadow turn: recorded for a whole 200 answer, only logged otherwise."""
 
-    def __init__(self, pipeline: ShadowPipeline, status: int, content_type: str) -> None:
+    def __init__(
+        self,
+        pipeline: ShadowPipeline,
+        status: int,
+        content_type: str,
+        work: ShadowWork | None = None,
+    ) -> None:
         self.pipeline = pipeline
+        self.work = work  # the turn's preparation (None: already prepared)
         self.ok = status == 200
         self.sse = "text/event-stream" in content_type.lower()
         self.decoder = SSEDecoder() if self.sse else None
@@ -204,9 +220,19 @@ class ShadowTap:
             return None
 
     async def close(self) -> None:
+        """Finish the shadow turn: now when it is prepared, else once it is (in the
+        background: the answer's end never waits for it)."""
         if self.closed:  # the relay closes it at the body's end, its background task again
             return
         self.closed = True
+        if self.work is None or self.work.done:
+            await self._finish(self.work is None or self.work.ok)
+        else:
+            self.work.then(self._finish)
+
+    async def _finish(self, prepared: bool) -> None:
+        if not prepared:
+            return  # no shadow turn came of it (failed, nothing to shadow, over its budget)
         try:
             if self.ok and self.complete:
                 await self.pipeline.finish(self.usage())

@@ -9,6 +9,7 @@ a failed summary sends the request upstream uncompacted, never fails it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -45,9 +46,13 @@ async def post_summary(
     settings: Settings,
     chat_body: dict[str, Any],
     on_reply: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    background: bool = False,
 ) -> dict[str, Any]:
     """One summary request to the summary upstream; its Chat Completions reply (`on_reply`
-    is handed it, as `proxy.wire.summary.post_summary` does)."""
+    is handed it, as `proxy.wire.summary.post_summary` does; `background`: never waits for
+    a pool connection)."""
     body = transcript_body(chat_body)
     headers = summary_headers(settings)
-    return await post_in_wire(ChatWire(), upstream.post_json, body, headers, on_reply=on_reply)
+    post = functools.partial(upstream.post_json, background=background)
+    return await post_in_wire(ChatWire(), post, body, headers, on_reply=on_reply)

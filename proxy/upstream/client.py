@@ -29,7 +29,7 @@ from proxy.errors import (
     UpstreamUnreachable,
 )
 from proxy.settings import Settings
-from proxy.upstream.pool import FRESH, OriginPool
+from proxy.upstream.pool import BACKGROUND, FRESH, OriginPool
 from proxy.upstream.providers import Provider, foreign_credentials
 
 HOP_BY_HOP = frozenset(
@@ -253,11 +253,14 @@ class Upstream:
         content: Content = None,
         params: Params = None,
         read_timeout: float | None = None,
+        background: bool = False,
     ) -> UpstreamResponse:
         """Send a request upstream and return the response with its body still unread.
 
         The caller must `aclose()` the response. Transport failures become `UpstreamError`s.
         `read_timeout` overrides both the first-byte and the idle timeout for this call.
+        `background`: the proxy's own work, which takes a pool connection only when one is
+        free at once (`proxy.upstream.pool.BACKGROUND`).
         """
         target, netloc = self._target(path, params)
         # Starlette decodes header bytes as latin-1; encoding them back keeps non-ASCII
@@ -267,12 +270,15 @@ class Upstream:
         timeouts = dict(self.timeouts)
         if read_timeout is not None:
             timeouts["read"] = read_timeout
+        extensions: dict[str, Any] = {"timeout": timeouts}
+        if background:
+            extensions[BACKGROUND] = True
         request = httpcore.Request(
             method.encode("ascii"),
             target,
             headers=raw_headers,
             content=content,
-            extensions={"timeout": timeouts},
+            extensions=extensions,
         )
         try:
             response = await self.pool.handle_async_request(request)
@@ -301,15 +307,21 @@ class Upstream:
         headers: Mapping[str, str],
         *,
         read_timeout: float | None = None,
+        background: bool = False,
     ) -> tuple[int, dict[str, Any], httpx.Headers]:
         """POST a JSON body and read a JSON object back (used for the proxy's own calls).
 
         Error statuses are returned, not raised; a body that is not a JSON object is an
-        `UpstreamInvalidResponse`.
+        `UpstreamInvalidResponse`. `background`: as `send` takes it.
         """
         headers = {**headers, "content-type": "application/json"}
         response = await self.send(
-            "POST", path, headers=headers, content=orjson.dumps(body), read_timeout=read_timeout
+            "POST",
+            path,
+            headers=headers,
+            content=orjson.dumps(body),
+            read_timeout=read_timeout,
+            background=background,
         )
         data = await read_response(response)
         try:

@@ -50,6 +50,10 @@ class _Released:
 # A request extension: send this request on a new connection, not an idle one (a retry after
 # a kept-alive connection turned out closed: the other idle ones may be closed too).
 FRESH = "xun_fresh_connection"
+# A request extension: the proxy's own background work (a summary written ahead). It takes a
+# connection only when one is free at once; with the pool full it fails at once (PoolTimeout),
+# so it never queues before a client's request for a connection.
+BACKGROUND = "xun_background"
 
 
 class OriginPool:
@@ -68,6 +72,8 @@ class OriginPool:
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
         if self._slots.locked():
+            if request.extensions.get(BACKGROUND):
+                raise httpcore.PoolTimeout("no upstream connection free for background work")
             timeouts = request.extensions.get("timeout", {})
             try:
                 await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))

@@ -8,7 +8,7 @@ import httpcore
 import orjson
 import pytest
 
-from proxy.upstream.pool import FRESH, OriginPool
+from proxy.upstream.pool import BACKGROUND, FRESH, OriginPool
 from tests.support.fake_upstream import FakeUpstream, Reply
 
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -78,6 +78,32 @@ async def test_the_limit_holds_and_a_wait_past_the_pool_timeout_fails(
         second = await pool.handle_async_request(request(fake_upstream, pool_timeout=0.05))
         assert second.status == 200
         await read(second)
+    finally:
+        await pool.aclose()
+
+
+async def test_background_work_never_waits_for_a_connection(
+    fake_upstream: FakeUpstream,
+) -> None:
+    """A summary written ahead fails at once on a full pool (the proxy defers it), instead of
+    queueing for the connection a client's request is waiting for."""
+    pool = OriginPool(limit=1, keepalive_expiry=5.0)
+    try:
+        first = await pool.handle_async_request(request(fake_upstream))  # body not read yet
+        background = request(fake_upstream, pool_timeout=30.0)
+        background.extensions[BACKGROUND] = True
+        client = asyncio.ensure_future(pool.handle_async_request(request(fake_upstream)))
+        with pytest.raises(httpcore.PoolTimeout):
+            await pool.handle_async_request(background)
+        assert not client.done()  # the client's request still waits for the connection
+        await read(first)
+        assert (await client).status == 200  # and gets it
+        await read(client.result())
+        # With a connection free, background work takes it.
+        background = request(fake_upstream)
+        background.extensions[BACKGROUND] = True
+        taken = await pool.handle_async_request(background)
+        assert taken.status == 200 and b"choices" in await read(taken)
     finally:
         await pool.aclose()
 
