@@ -151,6 +151,15 @@ def test_one_apis_folder_imports_no_other_apis_folder() -> None:
                 )
 
 
+def test_the_apis_folders_name_their_shared_jobs_alike() -> None:
+    # The jobs every API has: its adapter, what a round produced and rounds merged into one
+    # reply, the streamed relay, a whole answer to a stream request.
+    shared = {"adapter", "reply", "stream", "whole"}
+    for name in sorted(WIRE_NAMES):
+        modules = {p.stem for p in (ROOT / "wire" / name).glob("*.py")}
+        assert shared <= modules, f"proxy/wire/{name} lacks {sorted(shared - modules)}"
+
+
 def _branches_on_a_wire_name(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):

@@ -1,1 +1,2 @@
-"""Chat Completions on the wire: the identity case of the neutral conversation."""
+"""Chat Completions on the wire: the identity case of the neutral conversation; replies,
+streams, shape checks."""

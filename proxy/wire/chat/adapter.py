@@ -1,8 +1,12 @@
 """Chat Completions on the wire: the identity case of the neutral conversation.
 
 Neutral messages are Chat Completions messages, so requests map onto them as they are; this
-adapter adds the proxy's tool in the `tools` list, asks a stream for its usage, hides extract
-calls in replies and chunks (`proxy.wire.chat.relay`), and renders errors in OpenAI's shape. Pure.
+adapter adds the proxy's tool in the `tools` list, asks a stream for its usage, and renders
+errors in OpenAI's shape. What a reply's round shows and the rounds merged into one completion
+are `proxy.wire.chat.reply`, the stream relay that hides extract calls across rounds
+`proxy.wire.chat.stream`, a whole completion answering a stream request
+`proxy.wire.chat.whole`, and the shape checks on what the upstream answers
+`proxy.wire.chat.checks`. Pure.
 """
 
 from __future__ import annotations
@@ -11,37 +15,11 @@ from typing import Any
 
 from proxy.errors import InvalidRequest, UpstreamInvalidResponse, error_payload
 from proxy.session.extract_tool import client_defines_tool, inject
-from proxy.session.history import token_count
 from proxy.session.rebuild import Outgoing
 from proxy.session.tool_output import chat_content
-from proxy.wire.base import JSON, Round, Usage, json_object
-from proxy.wire.chat.relay import (
-    StreamRound,
-    error_event,
-    finish_chunk,
-    relay_completion,
-    relay_event,
-    usage_chunk,
-    visible_message,
-)
-from proxy.wire.chat.reply import checked_completion
-from proxy.wire.sse import DONE
-from proxy.wire.usage import CHAT, usage_sum
-
-
-def usage_of(usage: Any) -> Usage | None:
-    """Chat Completions usage as the trigger reads it; None when absent or unreadable."""
-    if not isinstance(usage, dict):
-        return None
-    details = usage.get("prompt_tokens_details")
-    if not isinstance(details, dict):
-        details = {}
-    return Usage(
-        total=token_count(usage.get("total_tokens")),
-        prompt=token_count(usage.get("prompt_tokens")),
-        cached=token_count(details.get("cached_tokens")),
-        written=token_count(details.get("cache_write_tokens")),  # billed from GPT-5.6 on
-    )
+from proxy.wire.base import JSON, Round, json_object
+from proxy.wire.chat import reply
+from proxy.wire.chat.stream import ChatRelay
 
 
 def parse_body(raw: bytes) -> JSON:
@@ -60,57 +38,6 @@ def accept_body(body: JSON) -> JSON:
             "'stream_options' must be an object.", param="stream_options", code="invalid_type"
         )
     return body
-
-
-class ChatRelay:
-    """A streamed chat completion spanning one or more upstream rounds."""
-
-    def __init__(self, wants_usage: bool) -> None:
-        self.wants_usage = wants_usage
-        self.chunk_id: str | None = None
-        self.last_chunk: JSON | None = None
-        self.usages: list[JSON] = []
-        self.rnd = StreamRound(first_round=True, keep_usage_field=wants_usage)
-
-    def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
-        out = relay_event(data, raw, self.rnd)
-        return [out] if out else []
-
-    @property
-    def round_done(self) -> bool:
-        """The upstream's round is whole (its usage or [DONE] came): the relay answers it
-        without waiting for the rest of the body (an upstream may end it later)."""
-        return self.rnd.complete
-
-    def whole(self, raw: bytes) -> list[bytes]:
-        """A whole completion sent as the answer to a stream request: one chunk."""
-        return relay_completion(raw, self.rnd)
-
-    def end_round(self) -> Round:
-        rnd = self.rnd
-        self.chunk_id = rnd.chunk_id
-        if rnd.usage:
-            self.usages.append(rnd.usage)
-        self.last_chunk = rnd.accumulator.to_completion()
-        message = rnd.message()
-        self.rnd = StreamRound(
-            chunk_id=self.chunk_id, first_round=False, keep_usage_field=self.wants_usage
-        )
-        return Round(message=message, usage=usage_of(rnd.usage), only_extract=rnd.only_extract)
-
-    def finish(self, *, hidden_last: bool) -> list[bytes]:
-        out = []
-        if hidden_last and self.last_chunk is not None:
-            # Out of extract rounds: end the reply the client saw normally.
-            out.append(finish_chunk(self.chunk_id, self.last_chunk))
-        total = usage_sum(self.usages, CHAT)
-        if self.wants_usage and total is not None and self.last_chunk is not None:
-            out.append(usage_chunk(self.chunk_id, self.last_chunk, total))
-        out.append(DONE)
-        return out
-
-    def error(self, body: Any, detail: str | None = None) -> bytes:
-        return error_event(body, detail)
 
 
 class ChatWire:
@@ -211,34 +138,10 @@ class ChatWire:
         return [out]
 
     def reply_round(self, data: Any) -> Round:
-        data = checked_completion(data)  # UpstreamInvalidResponse for wrong-typed parts
-        choices = data.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices else {}
-        if not isinstance(choice, dict):
-            raise UpstreamInvalidResponse()
-        message = choice.get("message") or {}
-        if not isinstance(message, dict):
-            raise UpstreamInvalidResponse()
-        shown, extract = visible_message(message)
-        only = bool(extract) and not shown.get("tool_calls")
-        usage = usage_of(data.get("usage"))
-        return Round(message=message, usage=usage, only_extract=only, raw=data)
+        return reply.reply_round(data)
 
     def client_reply(self, body: JSON, rounds: list[Round], *, injected: bool) -> JSON:
-        """The last completion, extract calls removed, usage of every round added."""
-        last = rounds[-1]
-        completion: JSON = last.raw
-        if injected:
-            shown, extract = visible_message(last.message)
-            if extract:
-                choice = completion["choices"][0]
-                if not shown.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
-                    choice["finish_reason"] = "stop"
-                choice["message"] = shown
-        total = usage_sum([r.raw.get("usage") or {} for r in rounds], CHAT)
-        if total is not None:
-            completion["usage"] = total
-        return completion
+        return reply.client_reply(rounds, injected=injected)
 
     def stream_relay(self, body: JSON) -> ChatRelay:
         options = body.get("stream_options") or {}

@@ -1,138 +1,80 @@
-"""Shape checks on what the upstream answers a chat request: a completion or a stream chunk.
+"""What an upstream Chat Completions round produced, and several rounds merged into one completion.
 
-The compacting path reads the upstream's reply (to hide the proxy's own tool calls, to sum
-and record usage), so a reply of the wrong shape must not reach code that assumes the right
-one. Only the parts the proxy reads are checked, and only their types: `null` stays allowed
-wherever a real server may send it, and every field the proxy does not read passes as it
-came. A reply that fails is an `UpstreamInvalidResponse` (502 `upstream_invalid_response`;
-mid-stream, a final `data: {"error": ...}` event). Pure: no I/O.
+The proxy may answer the model's `extract_compacted_tool_result` calls itself and ask upstream
+again; the client must see one completion. Here: a message without its extract calls
+(`visible_message`), usage as the trigger reads it (`usage_of`), a round's reply in the
+pipeline's terms (`reply_round`, `proxy.wire.base`), and `client_reply`, the one non-streamed
+completion (extract calls gone, usage summed). `proxy.wire.chat.stream` applies the same rules
+to a stream. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from proxy.errors import UpstreamInvalidResponse
+from proxy.session.extract_tool import split_calls
+from proxy.session.history import token_count
+from proxy.wire.base import JSON, Round, Usage
+from proxy.wire.chat.checks import checked_completion
+from proxy.wire.usage import CHAT, usage_sum
 
 
-def _list_of_objects(value: Any) -> bool:
-    return value is None or (isinstance(value, list) and all(isinstance(v, dict) for v in value))
+def visible_message(message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the message without extract calls, the extract calls removed)."""
+    own, extract = split_calls(message.get("tool_calls"))
+    if not extract:
+        return message, []
+    shown = dict(message)
+    if own:
+        shown["tool_calls"] = own
+    else:
+        shown.pop("tool_calls", None)
+    return shown, extract
 
 
-def _tool_calls_problem(calls: Any) -> str | None:
-    if not _list_of_objects(calls):
-        return "tool_calls is not a list of objects"
-    for call in calls or ():
-        if not isinstance(call.get("function"), dict | None):
-            return "a tool call's function is not an object"
-    return None
-
-
-def completion_problem(data: Any) -> str | None:
-    """What is wrong with a `chat.completion` object the proxy is about to read, or None."""
-    if not isinstance(data, dict):
-        return "the body is not a JSON object"
-    if not isinstance(data.get("usage"), dict | None):
-        return "usage is not an object"
-    choices = data.get("choices")
-    if not _list_of_objects(choices):
-        return "choices is not a list of objects"
-    for choice in choices or ():
-        message = choice.get("message")
-        if not isinstance(message, dict | None):
-            return "a choice's message is not an object"
-        problem = _tool_calls_problem((message or {}).get("tool_calls"))
-        if problem:
-            return problem
-    return None
-
-
-def chunk_problem(chunk: dict[str, Any]) -> str | None:
-    """What is wrong with a `chat.completion.chunk` the relay is about to read, or None.
-
-    A `usage` of the wrong type is not a problem here: the relay ignores it.
-    """
-    choices = chunk.get("choices")
-    if not _list_of_objects(choices):
-        return "choices is not a list of objects"
-    for choice in choices or ():
-        delta = choice.get("delta")
-        if not isinstance(delta, dict | None):
-            return "a choice's delta is not an object"
-        problem = _tool_calls_problem((delta or {}).get("tool_calls"))
-        if problem:
-            return problem
-    return None
-
-
-def invalid(problem: str) -> UpstreamInvalidResponse:
-    return UpstreamInvalidResponse(
-        f"The upstream API sent a chat completion the proxy could not read: {problem}."
+def usage_of(usage: Any) -> Usage | None:
+    """Chat Completions usage as the trigger reads it; None when absent or unreadable."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        details = {}
+    return Usage(
+        total=token_count(usage.get("total_tokens")),
+        prompt=token_count(usage.get("prompt_tokens")),
+        cached=token_count(details.get("cached_tokens")),
+        written=token_count(details.get("cache_write_tokens")),  # billed from GPT-5.6 on
     )
 
 
-def checked_completion(data: Any) -> dict[str, Any]:
-    """A parsed 200 reply, when it has a completion's shape; else UpstreamInvalidResponse."""
-    problem = completion_problem(data)
-    if problem is not None:
-        raise invalid(problem)
-    assert isinstance(data, dict)
-    return data
+def reply_round(data: Any) -> Round:
+    data = checked_completion(data)  # UpstreamInvalidResponse for wrong-typed parts
+    choices = data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else {}
+    if not isinstance(choice, dict):
+        raise UpstreamInvalidResponse()
+    message = choice.get("message") or {}
+    if not isinstance(message, dict):
+        raise UpstreamInvalidResponse()
+    shown, extract = visible_message(message)
+    only = bool(extract) and not shown.get("tool_calls")
+    usage = usage_of(data.get("usage"))
+    return Round(message=message, usage=usage, only_extract=only, raw=data)
 
 
-def check_completion(raw: bytes) -> dict[str, Any] | None:
-    """The completion in a 200 reply; None when the body is not JSON at all (the caller
-    relays it as it came). Raises UpstreamInvalidResponse for JSON of the wrong shape."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return checked_completion(data)
-
-
-def check_chunk(chunk: dict[str, Any]) -> None:
-    """Raise UpstreamInvalidResponse for a stream chunk the relay cannot read."""
-    problem = chunk_problem(chunk)
-    if problem is not None:
-        raise invalid(problem.replace("choices", "a stream chunk's choices", 1))
-
-
-def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
-    """One `chat.completion.chunk` holding a whole (checked) completion: for an upstream that
-    answers a stream request with plain JSON."""
-    choices = []
-    for i, choice in enumerate(completion.get("choices") or ()):
-        delta = dict(choice.get("message") or {})
-        calls = delta.get("tool_calls")
-        if calls:
-            delta["tool_calls"] = [{**call, "index": n} for n, call in enumerate(calls)]
-        choices.append(
-            {
-                "index": choice.get("index", i),
-                "delta": delta,
-                "logprobs": choice.get("logprobs"),
-                "finish_reason": choice.get("finish_reason"),
-            }
-        )
-    chunk: dict[str, Any] = {
-        key: completion[key]
-        for key in ("id", "created", "model", "system_fingerprint", "service_tier")
-        if key in completion
-    }
-    chunk["object"] = "chat.completion.chunk"
-    chunk["choices"] = choices
-    if completion.get("usage") is not None:
-        chunk["usage"] = completion["usage"]
-    return chunk
-
-
-__all__ = [
-    "check_chunk",
-    "check_completion",
-    "checked_completion",
-    "chunk_problem",
-    "completion_as_chunk",
-    "completion_problem",
-]
+def client_reply(rounds: list[Round], *, injected: bool) -> JSON:
+    """The last completion, extract calls removed, usage of every round added."""
+    last = rounds[-1]
+    completion: JSON = last.raw
+    if injected:
+        shown, extract = visible_message(last.message)
+        if extract:
+            choice = completion["choices"][0]
+            if not shown.get("tool_calls") and choice.get("finish_reason") == "tool_calls":
+                choice["finish_reason"] = "stop"
+            choice["message"] = shown
+    total = usage_sum([r.raw.get("usage") or {} for r in rounds], CHAT)
+    if total is not None:
+        completion["usage"] = total
+    return completion

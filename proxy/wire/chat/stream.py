@@ -1,9 +1,13 @@
-"""Turning the upstream's replies into what the client sees, hiding the proxy's own tool.
+"""A Chat Completions stream spanning several upstream rounds, relayed as one completion.
 
-The model may call `extract_compacted_tool_result`, which the proxy answers itself. These
-functions strip such calls from a non-streaming completion or from streamed chunks (tool-call
-deltas renumbered from index 0 among the client's own calls), and tell whether a round ended
-in extract calls only, so the proxy must answer them and ask upstream again. Pure: no I/O.
+The proxy answers the model's `extract_compacted_tool_result` calls itself and asks upstream
+again, yet the client must see one completion. `StreamRound` filters the chunks of one round:
+extract calls hidden, tool-call deltas renumbered from index 0 among the client's own calls,
+the role sent in the first round only; it tells whether a round ended in extract calls only,
+so the proxy must answer them and ask upstream again. `ChatRelay` is the pipeline's
+`StreamRelay` (`proxy.wire.base`): a closing chunk when the rounds ran out on a hidden one, one
+usage chunk summed over all rounds when the client asked for usage, then one `[DONE]`. Pure: no
+I/O.
 """
 
 from __future__ import annotations
@@ -13,23 +17,13 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamInvalidResponse
-from proxy.session.extract_tool import EXTRACT_TOOL_NAME, split_calls
-from proxy.wire.chat.reply import check_chunk, check_completion, completion_as_chunk
-from proxy.wire.sse import ChunkAccumulator, encode_data
-
-
-def visible_message(message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(the message without extract calls, the extract calls removed)."""
-    own, extract = split_calls(message.get("tool_calls"))
-    if not extract:
-        return message, []
-    shown = dict(message)
-    if own:
-        shown["tool_calls"] = own
-    else:
-        shown.pop("tool_calls", None)
-    return shown, extract
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
+from proxy.wire.base import JSON, Round
+from proxy.wire.chat.checks import check_chunk
+from proxy.wire.chat.reply import usage_of
+from proxy.wire.chat.whole import relay_completion
+from proxy.wire.sse import DONE, ChunkAccumulator, encode_data
+from proxy.wire.usage import CHAT, usage_sum
 
 
 @dataclass
@@ -178,21 +172,6 @@ def relay_event(data: str | None, raw: bytes, rnd: StreamRound) -> bytes | None:
     return encode_data(orjson.dumps(out)) if out is not None else None
 
 
-def relay_completion(raw: bytes, rnd: StreamRound) -> list[bytes]:
-    """The events for a whole `chat.completion` the upstream sent as the answer to a stream
-    request (`content-type: application/json`): one chunk, its calls filtered like any
-    other; the caller ends the stream as usual. A body that is not a completion raises
-    UpstreamInvalidResponse, so the stream ends with an error event instead."""
-    completion = check_completion(raw)
-    if completion is None or "choices" not in completion:
-        raise UpstreamInvalidResponse(
-            "The upstream API answered a stream request with a body that is neither an event "
-            "stream nor a chat completion."
-        )
-    chunk = rnd.feed(completion_as_chunk(completion))
-    return [encode_data(orjson.dumps(chunk))] if chunk is not None else []
-
-
 def _chunk(chunk_id: str | None, last: dict[str, Any], **fields: Any) -> bytes:
     base = {
         "id": chunk_id,
@@ -229,3 +208,54 @@ def error_event(body: Any, detail: str | None = None) -> bytes:
         message += f" ({detail})"
     error = {"message": message, "type": "server_error", "param": None}
     return encode_data(orjson.dumps({"error": {**error, "code": "upstream_stream_error"}}))
+
+
+class ChatRelay:
+    """A streamed chat completion spanning one or more upstream rounds."""
+
+    def __init__(self, wants_usage: bool) -> None:
+        self.wants_usage = wants_usage
+        self.chunk_id: str | None = None
+        self.last_chunk: JSON | None = None
+        self.usages: list[JSON] = []
+        self.rnd = StreamRound(first_round=True, keep_usage_field=wants_usage)
+
+    def feed(self, event: str | None, data: str | None, raw: bytes) -> list[bytes]:
+        out = relay_event(data, raw, self.rnd)
+        return [out] if out else []
+
+    @property
+    def round_done(self) -> bool:
+        """The upstream's round is whole (its usage or [DONE] came): the relay answers it
+        without waiting for the rest of the body (an upstream may end it later)."""
+        return self.rnd.complete
+
+    def whole(self, raw: bytes) -> list[bytes]:
+        """A whole completion sent as the answer to a stream request: one chunk."""
+        return relay_completion(raw, self.rnd)
+
+    def end_round(self) -> Round:
+        rnd = self.rnd
+        self.chunk_id = rnd.chunk_id
+        if rnd.usage:
+            self.usages.append(rnd.usage)
+        self.last_chunk = rnd.accumulator.to_completion()
+        message = rnd.message()
+        self.rnd = StreamRound(
+            chunk_id=self.chunk_id, first_round=False, keep_usage_field=self.wants_usage
+        )
+        return Round(message=message, usage=usage_of(rnd.usage), only_extract=rnd.only_extract)
+
+    def finish(self, *, hidden_last: bool) -> list[bytes]:
+        out = []
+        if hidden_last and self.last_chunk is not None:
+            # Out of extract rounds: end the reply the client saw normally.
+            out.append(finish_chunk(self.chunk_id, self.last_chunk))
+        total = usage_sum(self.usages, CHAT)
+        if self.wants_usage and total is not None and self.last_chunk is not None:
+            out.append(usage_chunk(self.chunk_id, self.last_chunk, total))
+        out.append(DONE)
+        return out
+
+    def error(self, body: Any, detail: str | None = None) -> bytes:
+        return error_event(body, detail)
