@@ -173,7 +173,7 @@ def plan_cut(roles: Sequence[str], keep_recent: int, summarize: object = None) -
     with its results on one side. When the tail then holds no user message, the last user
     message before the cut joins the tail (some servers reject a request without one).
     A `summarize` that covers only the messages before its `cut_limit` (a summary written
-    ahead, `proxy.compaction.ahead`) keeps the cut there at the latest.
+    ahead, `proxy.compaction.crossing`) keeps the cut there at the latest.
     """
     if keep_recent < 0:
         raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")

@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     token_threshold: int = Field(default=192_000, gt=0)
     auto_compact_enabled: bool = True
     # compact: requests go upstream compacted. shadow: every request goes upstream exactly as
-    # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow).
+    # the client sent it, and the proxy records what it would have sent (proxy.turn.shadow_turn).
     mode: Literal["compact", "shadow"] = "compact"
     # Seconds a shadow turn may take beside its pass-through; past them it is abandoned.
     shadow_budget: float = Field(default=5.0, gt=0)
@@ -128,10 +128,10 @@ class Settings(BaseSettings):
     summary_upstream: str | None = None
     summary_upstream_api_key: SecretStr | None = None
     # Write a session's next summary in the background before the turn that needs it
-    # (proxy.turn.ahead); off: the crossing turn waits for its summary.
+    # (proxy.turn.summary_ahead); off: the crossing turn waits for its summary.
     summary_ahead: bool = True
     # Summaries written ahead waiting on the upstream at once, across sessions (None: a quarter
-    # of max_upstream_connections); more wait for a later turn (proxy.turn.ahead_limits).
+    # of max_upstream_connections); more wait for a later turn (proxy.turn.summary_ahead_limits).
     summary_ahead_connections: int | None = Field(default=None, gt=0)
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)

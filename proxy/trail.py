@@ -18,7 +18,7 @@ A trail is never changed in place (`update` makes a new one), and a compacted se
 every request renders it (three times: the body, the prompt the compactor reads, the
 estimate), at up to 1.4 ms for 1,000 entries. So `render` remembers its last few results by
 the trail object itself, held while remembered: a request whose state holds the same object
-(the one the last save wrote, `proxy.turn.saving`) renders it once, if at all.
+(the one the last save wrote, `proxy.turn.persist`) renders it once, if at all.
 """
 
 from __future__ import annotations

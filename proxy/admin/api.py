@@ -2,7 +2,7 @@
 
 The conversation shown is the one the upstream sees now: the client's last messages (kept
 compressed in the state) rebuilt under the session's state. Auth and loading live in
-`proxy.admin.base`, manual compaction in `proxy.admin.compact`.
+`proxy.admin.base`, manual compaction in `proxy.admin.manual_compact`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from proxy.admin.base import (
     settled,
     store_failed,
 )
-from proxy.admin.compact import compact_session
+from proxy.admin.manual_compact import compact_session
 from proxy.admin.savings import price_table, savings_endpoint, session_savings
 from proxy.admin.view import content_text, is_mid_system, message_items, wire_type
 from proxy.conversation import Conversation

@@ -1,6 +1,6 @@
 """The savings report: what the proxy saved over a time window, from any store.
 
-`report` reads the hourly totals each session keeps in its state (`proxy.session.savings`)
+`report` reads the hourly totals each session keeps in its state (`proxy.session.savings_record`)
 for the sessions updated in the window, and adds them up: in all, by group (`session`,
 `model` or `tenant`), per hour (`series`), and the shadow turns' projected savings apart.
 Hours are the unit: a window takes every hour it starts in. `GET /admin/savings` answers it
@@ -24,7 +24,7 @@ from proxy.admin.times import parse_age, parse_time
 from proxy.compaction.prices import Prices
 from proxy.errors import InvalidRequest
 from proxy.session.identity import session_header
-from proxy.session.savings import EARLIER, HOUR, PriceOf, Tally, split_key
+from proxy.session.savings_record import EARLIER, HOUR, PriceOf, Tally, split_key
 from proxy.session.state import SessionState
 from proxy.store import SessionInfo, Store, StoreError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.session.savings import Price
+from proxy.session.savings_record import Price
 
 MEMO_ENTRIES = 1024
 # input, cache read, cache write, output

@@ -36,7 +36,7 @@ def _number(value: Any) -> str:
 
 
 def saved_tokens(fields: Mapping[str, Any]) -> int | None:
-    """The request's net saving as the savings report counts it (`proxy.turn.savings`: the
+    """The request's net saving as the savings report counts it (`proxy.turn.billing`: the
     direct estimate less every prompt token billed, projected for a shadowed request); else
     the turn's estimated tokens before minus after its compaction, when both are known."""
     savings = fields.get("savings")

@@ -323,7 +323,7 @@ class Metrics:
             self.observe_savings(saved)
 
     def observe_savings(self, saved: Mapping[str, Any]) -> None:
-        """A turn's savings (`proxy.turn.savings.log_fields`); shadow turns are not counted."""
+        """A turn's savings (`proxy.turn.billing.log_fields`); shadow turns are not counted."""
         model = _model_label(saved.get("model"))
         for name, counter, gauge in (
             ("sent", self.prompt_tokens_sent, None),
@@ -342,7 +342,7 @@ class Metrics:
                 self._child(gauge, model).inc(value)
 
     def count_ahead(self, outcome: str) -> None:
-        """One event of a summary written ahead (`proxy.turn.ahead.AheadTasks`)."""
+        """One event of a summary written ahead (`proxy.turn.summary_ahead.AheadTasks`)."""
         self.summary_ahead.labels(outcome=_label(outcome)).inc()
 
     def observe_compaction(

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.errors import InvalidRequest, ProxyError
-from proxy.server import shadow
+from proxy.server import shadow_route
 from proxy.server.content_encoding import decoded_body
 from proxy.server.disconnect import unless_client_leaves
 from proxy.server.forward import forward, read_body, upstream_for
@@ -106,12 +106,12 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
     if session_id is None:
         passed = forward(request, body=raw, upstream=upstream)
         return await unless_client_leaves(request.receive, passed)
-    if shadow.requested(request.headers, settings):  # as sent, and what it would have been
-        reading = shadow.Reading(
+    if shadow_route.requested(request.headers, settings):  # as sent, and what it would have been
+        reading = shadow_route.Reading(
             parse=lambda decoded: _parsed(request, wire, decoded, session_id),
             neutral=lambda body, written, key: _neutral(request, wire, body, written, key),
         )
-        return await shadow.serve(request, wire, upstream, raw, session_id, reading)
+        return await shadow_route.serve(request, wire, upstream, raw, session_id, reading)
     if len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidRequest("The session header is too long.", code="invalid_session_id")
     encoded = raw

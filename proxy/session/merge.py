@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import orjson
 
-from proxy.session import savings
+from proxy.session import savings_record
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.prepared import carried
 from proxy.session.state import HiddenExtract, SessionState
@@ -155,7 +155,7 @@ def _turns(primary: SessionState, other: SessionState) -> TurnLog:
     return TurnLog("\n".join(lines))
 
 
-def _savings(primary: SessionState, other: SessionState) -> savings.Buckets:
+def _savings(primary: SessionState, other: SessionState) -> savings_record.Buckets:
     """The primary's running totals plus the other side's turns it has not counted: its
     records the primary's log lacks (but those older than the primary's oldest record, which
     the primary dropped from its log, and counted, before)."""
@@ -169,7 +169,7 @@ def _savings(primary: SessionState, other: SessionState) -> savings.Buckets:
         if line and line not in seen and _at(line) >= oldest:
             record = decode(line)
             if record is not None:
-                savings.fold(totals, record)
+                savings_record.fold(totals, record)
     return totals
 
 

@@ -1,7 +1,7 @@
 """A summary prepared ahead of the turn that needs it, as the session state keeps it. Pure.
 
 The proxy may write a session's next summary in the background, a turn or two before the
-strategy would summarise (`proxy.turn.ahead`). The result is kept in the state
+strategy would summarise (`proxy.turn.summary_ahead`). The result is kept in the state
 (`SessionState.ahead`) with what makes it safe to use later:
 
 - `covers`: how many of the client's messages it summarises, and `digest`, the prefix-chain

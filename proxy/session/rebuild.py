@@ -375,7 +375,7 @@ def record_turn(
     count (a string, a float, a negative number) is ignored for this turn, never stored. Cache
     writes (the cost model's observed write share) are kept only where the upstream reports them.
     `extra` joins the turn's record (a shadow turn's `shadow` and `projected_prompt_tokens`; the
-    turn's `savings`: `proxy.session.savings`).
+    turn's `savings`: `proxy.session.savings_record`).
     """
     state = rb.state
     total_tokens, prompt_tokens = token_count(total_tokens), token_count(prompt_tokens)

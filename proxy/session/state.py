@@ -27,7 +27,7 @@ from proxy.session.hidden_rounds import (
     unmerge_all,
 )
 from proxy.session.history import token_count, tool_results
-from proxy.session.savings import clean as clean_savings
+from proxy.session.savings_record import clean as clean_savings
 from proxy.session.turn_log import TurnLog
 
 # 2: prefix hashes are a running chain, with a hash of the raw messages; 3: the turn records
@@ -123,7 +123,7 @@ class SessionState:
     # The last message carrying a provider's compaction in the history last seen (-1: none;
     # None: not known), so a request resent with more messages looks only at those.
     provider_mark: int | None = None
-    # What the turns saved, by hour and model (`proxy.session.savings`), and the direct
+    # What the turns saved, by hour and model (`proxy.session.savings_record`), and the direct
     # estimate of the last turn's prompt (the prefix a direct request would have cached).
     savings: dict[str, list[int]] = field(default_factory=dict)
     direct_last: int | None = None

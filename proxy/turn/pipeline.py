@@ -36,7 +36,7 @@ from proxy.session.rebuild import record_turn
 from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
-from proxy.turn import ahead, savings
+from proxy.turn import billing, summary_ahead
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
@@ -89,7 +89,7 @@ class Pipeline:
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
-        self.turn.ahead = ahead.TurnAhead.of(app_state)  # summaries written before the crossing
+        self.turn.ahead = summary_ahead.TurnAhead.of(app_state)  # written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
@@ -99,7 +99,7 @@ class Pipeline:
         self.ladder: list[CompactorAbstract] | None = None
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
-        self.measure = savings.Measure()  # what each upstream call was billed
+        self.measure = billing.Measure()  # what each upstream call was billed
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -416,7 +416,7 @@ class Pipeline:
         rb = self.turn.rb
         if rb is None or not self.first_prompt:
             return
-        tools = savings.tools_tokens(self.wire.tools(self.client_body))
+        tools = billing.tools_tokens(self.wire.tools(self.client_body))
         calibrate(rb.state, self.first_prompt, sent + tools)
 
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
@@ -437,10 +437,11 @@ class Pipeline:
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
             if usage is not None:
-                ahead.bill_used(self.turn.ahead, self.measure)
+                summary_ahead.bill_used(self.turn.ahead, self.measure)
                 saved = self.measure.record(
                     rb, self.wire, self.client_body, injected=self.turn.injected, sent=sent
                 )
+                ahead = summary_ahead.fields(self.turn.ahead, self.cache_cold())
                 record_turn(
                     rb,
                     total_tokens=usage.total,
@@ -448,15 +449,15 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved, **ahead.fields(self.turn.ahead, self.cache_cold())},
+                    extra={"savings": saved, **ahead},
                     now=self.arrived,
                 )
-                vec = savings.count(rb, saved)
+                vec = billing.count(rb, saved)
                 if vec is not None:
                     prices = getattr(self.request.app.state, "prices", None)
-                    self.log_fields["savings"] = savings.log_fields(saved["model"], vec, prices)
+                    self.log_fields["savings"] = billing.log_fields(saved["model"], vec, prices)
             await self.turn.save(wait=False)
-            ahead.after_turn(self)  # the session's next summary, written in the background
+            summary_ahead.after_turn(self)  # the session's next summary, written in the background
         report = self.turn.reports[-1] if self.turn.reports else {}
         self.log_fields.update(
             session=self.turn.key.id[:12],

@@ -7,7 +7,7 @@ logged and counted (`store_errors`), never shown to the client.
 Concurrency. Requests of one session may run at once (an agent's parallel sub-calls, two
 replicas): a compaction runs only under the session's lease (`proxy.turn.lease`), so one state
 is never summarised twice. Saves are compare-and-set, merged with another writer's state on
-a conflict, and go through the process's `SessionWriter` (`proxy.turn.saving`), one write in
+a conflict, and go through the process's `SessionWriter` (`proxy.turn.persist`), one write in
 flight per session.
 """
 
@@ -27,9 +27,9 @@ from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
-from proxy.turn.ahead import TurnAhead
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
-from proxy.turn.saving import SETTLE_WAIT_S, SessionWriter, save_turn, stored_state, take_decoded
+from proxy.turn.persist import SETTLE_WAIT_S, SessionWriter, save_turn, stored_state, take_decoded
+from proxy.turn.summary_ahead import TurnAhead
 from proxy.wire.base import Wire
 from proxy.wire.chat.adapter import ChatWire
 
@@ -69,7 +69,7 @@ class Turn:
     # What the prefix hash reads of `messages`, as written while converting them, set with
     # them (`proxy.wire.neutral_reuse`); or None.
     received_written: Written | None = None
-    # Summaries prepared ahead (`proxy.turn.ahead.TurnAhead`); None: made at the crossing.
+    # Summaries prepared ahead (`proxy.turn.summary_ahead.TurnAhead`); None: made at the crossing.
     ahead: TurnAhead | None = None
 
     @property

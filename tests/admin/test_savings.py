@@ -206,7 +206,7 @@ def test_a_messages_session_with_a_prompt_cache_against_its_direct_bills() -> No
 # Messages reports the three parts apart (its `input_tokens` is the part neither read nor
 # written); Chat and Responses report the whole prompt with the read and written parts in it.
 SCRIPTED = [(10_000, 0, 8_000), (12_000, 8_000, 3_000)]
-# The direct side (proxy.session.savings): the client's request is what the proxy sent, so
+# The direct side (proxy.session.savings_record): the client's request is what the proxy sent, so
 # its prompt is what was billed: 10,000, then 12,000. Turn 1 reads nothing (no earlier
 # request); its writes take this turn's written share of the uncached prompt, 8,000 / 10,000:
 # 8,000. Turn 2 only appended to a session whose upstream caches: turn 1's direct request,

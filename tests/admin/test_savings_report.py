@@ -16,7 +16,7 @@ import pytest
 from proxy.admin.savings import report, when
 from proxy.cli import main
 from proxy.compaction.prices import Prices
-from proxy.session.savings import HOUR, Tokens, fold, turn_savings
+from proxy.session.savings_record import HOUR, Tokens, fold, turn_savings
 from proxy.session.state import SessionState
 from proxy.store import SessionKey, Store, open_store
 from tests.store.conftest import REDIS_URL, drop_prefix

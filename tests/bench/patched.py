@@ -130,7 +130,7 @@ def _turns8() -> None:
 
 
 def _settlelog() -> None:
-    from proxy.turn.saving import SessionWriter
+    from proxy.turn.persist import SessionWriter
 
     original = SessionWriter.settled
 
@@ -194,14 +194,14 @@ STAGES = (
     "proxy.upstream.client:Upstream.send",
     "proxy.turn.pipeline:read_response",
     "proxy.turn.pipeline:Pipeline.finish",
-    "proxy.turn.saving:save_turn",
+    "proxy.turn.persist:save_turn",
     "proxy.store.sqlite:SQLiteStore.put",
     "proxy.store.sqlite:SQLiteStore._run",
     "proxy.store.sqlite_reader:InlineWriter.run",
     "proxy.store.cache:CachedStore.get",
-    "proxy.turn.saving:SessionWriter.settled",
+    "proxy.turn.persist:SessionWriter.settled",
     "proxy.session.state:SessionState.to_bytes",
-    "proxy.turn.ahead:TurnAhead.after_turn",
+    "proxy.turn.summary_ahead:TurnAhead.after_turn",
     "proxy.server.metrics:Metrics.observe_request",
     "logging:Logger.handle",
 )

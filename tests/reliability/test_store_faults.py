@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from proxy.session.state import SessionState
-from proxy.turn.saving import SETTLE_WAIT_S
+from proxy.turn.persist import SETTLE_WAIT_S
 from tests.conftest import MakeProxy
 from tests.reliability.conftest import RedisServer, SpawnProxy
 from tests.support.fake_upstream import FakeUpstream
@@ -74,7 +74,7 @@ def test_sqlite_locked_by_another_connection(
         # Another process holds the write lock. No answer waits for it: a turn's save is
         # written after its answer went out, the first waits out SQLite's busy timeout (5 s)
         # and fails, and the session's next requests wait at most `SETTLE_WAIT_S` for the
-        # saves before them, then read what is stored (proxy.turn.saving).
+        # saves before them, then read what is stored (proxy.turn.persist).
         holder.execute("BEGIN EXCLUSIVE")
         holder.execute("UPDATE sessions SET meta = meta")
         for stream in (False, True, False, True):

@@ -22,7 +22,7 @@ import pytest
 
 from proxy.server.app import create_app
 from proxy.store.memory import MemoryStore
-from proxy.turn.shadow import STAND_IN_HEAD
+from proxy.turn.shadow_turn import STAND_IN_HEAD
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.support.agent import SYSTEM, TOOLS, tool_output
 from tests.support.claude_checks import messages_settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from proxy.turn.ahead_limits import BACKOFF_CAP_TURNS
+from proxy.turn.summary_ahead_limits import BACKOFF_CAP_TURNS
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.support.agent import is_summary_request
 from tests.support.fake_upstream import FakeUpstream, Reply

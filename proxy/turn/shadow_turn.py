@@ -27,7 +27,7 @@ from proxy.session.identity import WIRE_MARK, session_key
 from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, record_turn
 from proxy.store.base import SessionKey
-from proxy.turn import savings
+from proxy.turn import billing
 from proxy.turn.pipeline import Pipeline
 from proxy.turn.shadow_work import ShadowWork
 from proxy.upstream.client import Upstream
@@ -100,11 +100,11 @@ class ShadowPipeline(Pipeline):
 
     def direct_estimate(self, rb: Rebuild) -> int:
         """The proxy's estimate of the client's own request (what went upstream)."""
-        return savings.client_estimate(rb, self.wire.tools(self.client_body))
+        return billing.client_estimate(rb, self.wire.tools(self.client_body))
 
     def projected_prompt_tokens(self, rb: Rebuild) -> int:
         """The prompt tokens of the request the proxy would have sent, calibrated."""
-        estimate = rb.sent_estimate() + savings.tools_tokens(self.turn.upstream_tools())
+        estimate = rb.sent_estimate() + billing.tools_tokens(self.turn.upstream_tools())
         return calibrated(estimate, rb.state.calibration)
 
     def record(self, rb: Rebuild, usage: Usage | None) -> None:
@@ -119,7 +119,7 @@ class ShadowPipeline(Pipeline):
         projected = self.projected = self.projected_prompt_tokens(rb)
         model = str(self.client_body.get("model") or "")
         estimate = calibrated(self.direct_estimate(rb), state.calibration)
-        saved = savings.shadow_record(model, usage, estimate)
+        saved = billing.shadow_record(model, usage, estimate)
         record_turn(
             rb,
             total_tokens=usage.total if usage is not None else None,
@@ -130,7 +130,7 @@ class ShadowPipeline(Pipeline):
             extra={SHADOW: True, "projected_prompt_tokens": projected, "savings": saved},
             now=self.arrived,
         )
-        savings.count(rb, saved)  # in the projected totals only (proxy.session.savings)
+        billing.count(rb, saved)  # in the projected totals only (proxy.session.savings_record)
         state.total_tokens = projected + _output_tokens(usage)
 
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:

@@ -2,7 +2,7 @@
 
 `Measure` collects what each upstream call of the request was billed (its rounds, the
 summary calls of its compaction); `record` turns it into the turn record's `savings`
-(`proxy.session.savings`), `count` adds the record to the session's running totals, and
+(`proxy.session.savings_record`), `count` adds the record to the session's running totals, and
 `log_fields` is what the request's log line and the Prometheus counters read.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 
 from proxy.compaction.prices import Prices
-from proxy.session import savings
+from proxy.session import savings_record
 from proxy.session.rebuild import Rebuild
-from proxy.session.savings import Tokens
+from proxy.session.savings_record import Tokens
 from proxy.wire.base import JSON, Usage, Wire
 
 
@@ -58,11 +58,11 @@ class Measure:
         sent_tools = wire.with_extract_tool(tools) if injected else tools
         sent += tools_tokens(sent_tools)
         first = self.rounds[0].prompt if self.rounds else None
-        direct = savings.direct_estimate(
+        direct = savings_record.direct_estimate(
             client, sent_estimate=sent, billed=first, calibration=state.calibration
         )
         cached_before = any(len(v) > 2 and v[2] for v in state.savings.values())
-        return savings.turn_savings(
+        return savings_record.turn_savings(
             str(body.get("model") or ""),
             self.rounds,
             self.summaries,
@@ -94,17 +94,17 @@ def count(rb: Rebuild, record: dict[str, Any]) -> list[int] | None:
     if last is None or not isinstance(last.get("savings"), dict):
         return None
     state.direct_last = int(record["direct"][0])
-    return savings.fold(state.savings, last)
+    return savings_record.fold(state.savings, last)
 
 
 def log_fields(model: str, vec: list[int], prices: Prices | None) -> dict[str, Any]:
     """The request's savings for its log line and the metrics: tokens, money when priced, and
     the model as a price-table entry (a small vocabulary, fit for a label)."""
-    tally = savings.Tally()
+    tally = savings_record.Tally()
     price_of = prices if prices is not None else (lambda _: None)
     tally.add(model, vec, price_of)
     totals = tally.totals()
-    shadow = bool(vec[savings.INDEX["shadow_requests"]])
+    shadow = bool(vec[savings_record.INDEX["shadow_requests"]])
     return {
         "model": (prices.entry(model) if prices is not None else None) or "other",
         "shadow": shadow,

@@ -1,6 +1,7 @@
-"""The savings arithmetic (proxy.session.savings) and the price table (proxy.compaction.prices):
-what a turn's record says it saved, how records add up, shadow turns kept apart, money only
-where a price is known, and running totals that survive a merge of two writers."""
+"""The savings arithmetic (proxy.session.savings_record) and the price table
+(proxy.compaction.prices): what a turn's record says it saved, how records add up, shadow
+turns kept apart, money only where a price is known, and running totals that survive a merge
+of two writers."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from typing import Any
 import pytest
 
 from proxy.compaction.prices import Prices
-from proxy.session import savings
+from proxy.session import savings_record
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.merge import merge_states
-from proxy.session.savings import Price, Tally, Tokens, fold, turn_savings
+from proxy.session.savings_record import Price, Tally, Tokens, fold, turn_savings
 from proxy.session.state import SessionState
 from proxy.session.turn_log import TurnLog
 
@@ -42,7 +43,7 @@ def test_a_turn_bills_its_rounds_and_summaries_against_the_direct_estimate() -> 
         "direct": [3000, 0, 0],
     }
     tally = Tally()
-    _, vec = savings.vector_of(record(0, saved)) or ("", [])
+    _, vec = savings_record.vector_of(record(0, saved)) or ("", [])
     tally.add("gpt-4o", vec, lambda _: PRICE)
     totals = tally.totals()
     assert totals["prompt_tokens_sent"] == 900 + 950 + 400
@@ -84,7 +85,7 @@ def test_the_direct_cache_read_never_exceeds_the_direct_prompt() -> None:
         "claude-sonnet-4-5", [main], [], 2400, previous_direct=2600, appended=True, caches=True
     )
     assert saved["direct"] == [2400, 2400, 0]
-    _, vec = savings.vector_of(record(0, saved)) or ("", [])
+    _, vec = savings_record.vector_of(record(0, saved)) or ("", [])
     tally = Tally()
     tally.add("claude-sonnet-4-5", vec, lambda _: PRICE)
     # 2,400 read at 0.5 per million: nothing billed at the input or the write price.
@@ -92,9 +93,16 @@ def test_the_direct_cache_read_never_exceeds_the_direct_prompt() -> None:
 
 
 def test_the_direct_estimate_scales_by_what_this_turn_was_billed() -> None:
-    assert savings.direct_estimate(1000, sent_estimate=500, billed=600, calibration=2.0) == 1200
-    assert savings.direct_estimate(1000, sent_estimate=500, billed=None, calibration=1.1) == 1100
-    assert savings.direct_estimate(1000, sent_estimate=0, billed=None, calibration=None) == 1000
+    assert (
+        savings_record.direct_estimate(1000, sent_estimate=500, billed=600, calibration=2.0) == 1200
+    )
+    assert (
+        savings_record.direct_estimate(1000, sent_estimate=500, billed=None, calibration=1.1)
+        == 1100
+    )
+    assert (
+        savings_record.direct_estimate(1000, sent_estimate=0, billed=None, calibration=None) == 1000
+    )
 
 
 def test_a_shadow_turn_counts_only_as_projected() -> None:
@@ -102,7 +110,7 @@ def test_a_shadow_turn_counts_only_as_projected() -> None:
     saved = turn_savings(
         "gpt-4o", [Tokens(5000)], [], 5000, previous_direct=None, appended=False, caches=False
     )
-    buckets: savings.Buckets = {}
+    buckets: savings_record.Buckets = {}
     fold(buckets, record(7200.5, saved))
     fold(buckets, record(7300.0, saved, shadow=True, projected_prompt_tokens=2000))
     assert list(buckets) == ["7200|gpt-4o"]
@@ -125,7 +133,7 @@ def test_a_shadow_turn_counts_only_as_projected() -> None:
 
 def test_money_is_null_where_no_price_is_known() -> None:
     saved = turn_savings("my-local-llm", [Tokens(10)], [], 50, previous_direct=None, **_no_cache())
-    _, vec = savings.vector_of(record(0, saved)) or ("", [])
+    _, vec = savings_record.vector_of(record(0, saved)) or ("", [])
     tally = Tally()
     tally.add("my-local-llm", vec, Prices())
     totals = tally.totals()
@@ -139,13 +147,13 @@ def _no_cache() -> dict[str, Any]:
 
 
 def test_old_hours_fold_into_one_bucket_per_model() -> None:
-    buckets: savings.Buckets = {}
+    buckets: savings_record.Buckets = {}
     saved = turn_savings("m", [Tokens(1)], [], 2, previous_direct=None, **_no_cache())
-    for hour in range(1, savings.MAX_BUCKETS + 3):
-        fold(buckets, record(hour * savings.HOUR, saved))
-    assert len(buckets) == savings.MAX_BUCKETS
+    for hour in range(1, savings_record.MAX_BUCKETS + 3):
+        fold(buckets, record(hour * savings_record.HOUR, saved))
+    assert len(buckets) == savings_record.MAX_BUCKETS
     assert buckets["0|m"][0] == 3  # the three oldest hours, still counted
-    assert sum(v[0] for v in buckets.values()) == savings.MAX_BUCKETS + 2
+    assert sum(v[0] for v in buckets.values()) == savings_record.MAX_BUCKETS + 2
 
 
 def test_a_merge_of_two_writers_counts_both_turns() -> None:

@@ -1,5 +1,5 @@
 """Summaries prepared ahead: when the crossing is near, and the summariser of the turn that
-crosses. Pure: no I/O (the background request itself is `proxy.turn.ahead`'s).
+crosses. Pure: no I/O (the background request itself is `proxy.turn.summary_ahead`'s).
 
 - `lead_turns` and `projections`: how far ahead to look (a turn or two, more when a summary
   takes longer than the session's turns are apart) and the sizes the session's growth per

@@ -1,5 +1,5 @@
-"""One write in flight per session (`proxy.turn.saving`): saves that meet are folded into one state,
-exactly what saving them one after another would have stored, and nothing is lost."""
+"""One write in flight per session (`proxy.turn.persist`): saves that meet are folded into one
+state, exactly what saving them one after another would have stored, and nothing is lost."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from proxy.session.rebuild import record_turn
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, StoreError
 from proxy.store.memory import MemoryStore
-from proxy.turn.saving import SessionWriter, save_together, save_turn
+from proxy.turn.persist import SessionWriter, save_together, save_turn
 from proxy.turn.session_turn import Turn
 
 KEY = SessionKey(tenant="t", session="s")

@@ -5,7 +5,7 @@ model. Made inside the turn that crosses the strategy's point, that turn waits f
 
 - Once a turn's answer is out (`TurnAhead.after_turn`, from the pipeline's `finish`), when the
   session's growth per turn says the strategy will summarise within the next few turns (it
-  is asked on the projected sizes, `proxy.compaction.ahead`), the summary is written in the
+  is asked on the projected sizes, `proxy.compaction.crossing`), the summary is written in the
   background: the same request as the crossing turn's would be (the conversation as just
   sent, the same model and tools, so it reads the prompt cache this turn wrote), over the
   client's messages so far. The finished summary goes into the session state
@@ -18,7 +18,7 @@ model. Made inside the turn that crosses the strategy's point, that turn waits f
 - Bounded: one summary in flight per session in a process (`AheadTasks`) and across replicas
   sharing a store (a lease on the session's summary slot); across sessions, a share of the
   upstream connections, and never a connection a client's request could have had; after a
-  failure, the session's tries are spaced out (`proxy.turn.ahead_limits`). One that is never
+  failure, the session's tries are spaced out (`proxy.turn.summary_ahead_limits`). One that is never
   used is counted (`xun_summary_ahead_total{outcome="unused"}` and the turn record). A failure
   is logged and costs the client nothing. At shutdown the summaries in flight are dropped:
   only finished ones are ever stored, so nothing half-written is used after a restart.
@@ -36,7 +36,7 @@ from time import monotonic
 from typing import Any, Protocol
 
 from proxy.compact import CompactionContext, CompactionReport, CompactorAbstract
-from proxy.compaction.ahead import (
+from proxy.compaction.crossing import (
     AheadSummarizer,
     WouldSummarise,
     growth_per_turn,
@@ -53,10 +53,10 @@ from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
 from proxy.session.turn_log import decode
 from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
-from proxy.turn.ahead_limits import Backoff, Share
+from proxy.turn.billing import Measure
 from proxy.turn.lease import LEASE_TTL_S
-from proxy.turn.saving import parse_state
-from proxy.turn.savings import Measure
+from proxy.turn.persist import parse_state
+from proxy.turn.summary_ahead_limits import Backoff, Share
 from proxy.wire.base import Usage
 
 log = logging.getLogger("proxy.ahead")
@@ -79,8 +79,8 @@ class AheadTasks:
 
     `count(outcome)` feeds the metric: started, ready, used, unused, waiting (a turn that
     would have summarised went up without), busy (another replica writes it), failed,
-    deferred (the share of the upstream pool was full, `proxy.turn.ahead_limits`), backoff (a
-    turn that skipped its try after failures).
+    deferred (the share of the upstream pool was full, `proxy.turn.summary_ahead_limits`),
+    backoff (a turn that skipped its try after failures).
     """
 
     def __init__(self, count: Count | None = None, share: int = 1 << 30) -> None:

@@ -1,6 +1,6 @@
 """Shadow mode at the door: a model request goes upstream exactly as the client sent it (the
 same bytes, path, query and headers as a pass-through), and its answer comes back as a
-pass-through's does, while `proxy.turn.shadow` works out and records what the proxy would
+pass-through's does, while `proxy.turn.shadow_turn` works out and records what the proxy would
 have sent. `--mode shadow` (`XUN_MODE`) for every request, `X-Xun-Compact: shadow` for one;
 `X-Xun-Compact: off` always wins. The request goes upstream at once; the shadow work (no
 upstream call of its own: about the proxy's overhead on a compacting request) runs beside it
@@ -22,7 +22,7 @@ from proxy.server.disconnect import unless_client_leaves
 from proxy.server.forward import Tap, forward
 from proxy.session.json_limits import Written
 from proxy.settings import Settings
-from proxy.turn.shadow import ShadowPipeline, ShadowTap
+from proxy.turn.shadow_turn import ShadowPipeline, ShadowTap
 from proxy.turn.shadow_work import ShadowWork
 from proxy.upstream.client import Upstream, UpstreamResponse
 from proxy.wire.base import JSON, Wire

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from proxy.compact import AutoCompactor, CompactionContext
-from proxy.compaction.ahead import (
+from proxy.compaction.crossing import (
     MAX_LEAD_TURNS,
     MIN_LEAD_TURNS,
     AheadSummarizer,
