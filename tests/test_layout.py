@@ -4,7 +4,6 @@ contract imports none of its implementations."""
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import proxy
@@ -206,15 +205,14 @@ def test_at_most_a_dozen_modules_at_the_root() -> None:
     assert len(names) <= 12, sorted(names)
 
 
-def test_the_cache_aware_strategys_old_path_is_an_alias() -> None:
+def test_the_cache_aware_strategy_loads_by_its_path_and_leaves_no_alias() -> None:
     from proxy.compaction.cache_aware import CacheAwareCompactor
     from proxy.server.app import load_compactor
     from proxy.settings import Settings
 
-    old = importlib.import_module("proxy.cache_compact")
-    assert old.CacheAwareCompactor is CacheAwareCompactor
-    compactor = load_compactor(Settings(compactor="proxy.cache_compact:CacheAwareCompactor"))
-    assert type(compactor) is CacheAwareCompactor
+    path = "proxy.compaction.cache_aware:CacheAwareCompactor"
+    assert type(load_compactor(Settings(compactor=path))) is CacheAwareCompactor
+    assert not (ROOT / "cache_compact.py").exists()  # the project never had a release
 
 
 def test_no_function_runs_past_80_lines() -> None:

@@ -23,7 +23,6 @@ PURE_MODULES = (
     "rules.py",
     "trail.py",
     "artifacts.py",
-    "cache_compact.py",
     "content_text.py",
     "setting_values.py",
     "upstream/providers.py",
