@@ -57,6 +57,7 @@ from proxy.session.extract_tool import EXTRACT_TOOL_NAME, content_text
 from proxy.session.history import reclaim_keys
 from proxy.session.tool_output import EMPTY_OUTPUT
 from tests.bench import local_summary, peers
+from tests.bench.clocked import SETTLE
 from tests.bench.common import (
     Child,
     git_commit,
@@ -327,13 +328,24 @@ async def replay(
             clock = TurnClock(traj, ti, pause, *breaks)
             for k, (history, _) in enumerate(turns(traj)):
                 now = clock.at(len(history))
+                await settle(client, cfg)
                 await send(
                     client, url, cfg, ti, str(k), history, traj.tools, session, client_log, now
                 )
             if cfg.kind == "xun" and history:
+                await settle(client, cfg)
                 await send(client, url, cfg, ti, "probe", history, traj.tools, session, client_log)
             if ti % 25 == 0 or len(traj.messages) > 80:
                 print(f"  {cfg.name}: {ti + 1}/{len(trajectories)} {traj.name}", flush=True)
+
+
+async def settle(client: httpx.AsyncClient, cfg: Config) -> None:
+    """Wait until the proxy has nothing in flight (`tests.bench.clocked`): a turn's save and
+    the summary it starts ahead run after its answer is out, and the next turn must not race
+    them, or the same run gives other figures."""
+    if cfg.kind == "xun":
+        resp = await client.post(cfg.url + SETTLE)
+        resp.raise_for_status()
 
 
 async def send(
