@@ -55,13 +55,13 @@ HOW = (
 )
 
 
-def configs_for(wires: list[str], threshold: int) -> dict[str, list[Config]]:
+def configs_for(wires: list[str], threshold: int, settle: bool) -> dict[str, list[Config]]:
     k = threshold // 1000
     return {
         w: [
             Config(f"direct-{w}", "direct"),
-            Config(f"xun@{k}k-{w}", "xun", threshold),
-            Config(f"look@{k}k-{w}", "xun", threshold),
+            Config(f"xun@{k}k-{w}", "xun", threshold, settle=settle),
+            Config(f"look@{k}k-{w}", "xun", threshold, settle=settle),
         ]
         for w in wires
     }
@@ -120,10 +120,10 @@ async def replay(
 
 
 def run_once(
-    trajectories: list[Any], counter: Counter, threshold: int, wires: list[str]
+    trajectories: list[Any], counter: Counter, threshold: int, wires: list[str], settle: bool
 ) -> dict[str, Any]:
     """One replay of every configuration on fresh proxies: books, coverage and look-back."""
-    by_wire = configs_for(wires, threshold)
+    by_wire = configs_for(wires, threshold, settle)
     configs = [c for cs in by_wire.values() for c in cs]
     upstream = LookUpstream(trajectories, counter)
     scratch = run_dir("lookback")
@@ -334,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=int, default=THRESHOLD)
     parser.add_argument("--wires", nargs="+", default=list(replay_wires.WIRES))
     parser.add_argument("--repeat", type=int, default=1, help="runs to compare exactly")
+    parser.add_argument(
+        "--no-settle",
+        dest="settle",
+        action="store_false",
+        help="send each turn at once, racing the proxy's work in flight (to show the race)",
+    )
     parser.add_argument("--tag", default="", help="suffix of the result files")
     args = parser.parse_args(argv)
     from tests.support.corpus import load_all
@@ -346,13 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for n in range(max(1, args.repeat)):
         print(f"run {n + 1}/{args.repeat}: {len(trajectories)} trajectories", flush=True)
-        runs.append(run_once(trajectories, counter, args.threshold, args.wires))
+        runs.append(run_once(trajectories, counter, args.threshold, args.wires, args.settle))
     run = runs[0]
     same = [r["wires"] == run["wires"] for r in runs]
     repeat = {
         "runs": len(runs),
         "identical": all(same),
-        "how": HOW,
+        "how": HOW if args.settle else "no settling (--no-settle): each turn sent at once",
         "totals": [
             {
                 w: {k: v for k, v in fig["total"].items() if k.startswith(("billed_", "cost_"))}
