@@ -32,7 +32,7 @@ from tests.support.fake_upstream import FakeUpstream, Reply
 from tests.support.servers import UvicornThread
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()
-BIG = "line of a long tool output\n" * 1500  # about 10k tokens: over the threshold
+BIG = "line of a long tool output\n" * 700  # about 4.7k tokens: over the threshold, one page
 SETTINGS = {"token_threshold": 4000, "toolcall_keep_max": 1, "compactor": "seed"}
 PLACEHOLDER = "[Compacted, ID: "
 # A client's own tool of the proxy's tool's name (e.g. another proxy in front of this one).
