@@ -21,8 +21,8 @@ Each one is then (`classify`):
 
 - `visible`: in the text the proxy sent upstream;
 - `read`: one read away, in the original of a placeholder whose id the upstream request shows;
-- `search`: one search away, a search for it (the proxy's semantics, `search`) returns a hit
-  whose item holds it verbatim;
+- `search`: one search away, the proxy's search for it (`proxy.session.lookback.search`, over
+  what the request does not show, `unsent_items`) returns a hit whose item holds it verbatim;
 - `unreachable`: none of these.
 """
 
@@ -34,9 +34,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.session.lookback import Item, all_items
+from proxy.session.lookback import search as proxy_search
+
 MIN_LENGTH = 6
 CATEGORIES = ("visible", "read", "search", "unreachable")
-SEARCH_LIMIT = 20  # hits a search returns, newest first
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.$/-]+")
 _LEAD = re.compile(r"^[-$]+")
@@ -102,14 +104,21 @@ def shown_text(messages: Iterable[Mapping[str, Any]]) -> str:
 
 
 def unsent_items(history: Sequence[Mapping[str, Any]], shown: str) -> list[Item]:
-    """The pieces of the client's history (a message's content, each tool call) that the
-    upstream request does not show verbatim: what a summary cut, and reclaimed results."""
-    items = []
-    for i, message in enumerate(history):
-        for k, text in enumerate(message_texts(message)):
-            if text and text not in shown:
-                items.append(Item(f"{i}.{k}", i * 1000 + k, text))
-    return items
+    """What a search covers, as the proxy's items (`proxy.session.lookback.all_items`, oldest
+    first): those of every client message the upstream request does not show verbatim (a
+    piece of it, its content or a tool call, is not in `shown`): what a summary cut, and
+    reclaimed results."""
+    unsent = {
+        i for i, m in enumerate(history) if any(t and t not in shown for t in message_texts(m))
+    }
+    return [item for item in all_items(history) if item.index in unsent]
+
+
+def search(items: Sequence[Item], query: str) -> list[Item]:
+    """The items the proxy's search (`proxy.session.lookback.search`: literal, in any case,
+    newest first, at most 20 hits) returns for `query`."""
+    by_id = {item.id: item for item in items}
+    return [by_id[i] for i in proxy_search(query, items).scope["hits"]]
 
 
 def tokens(text: str) -> list[str]:
@@ -143,24 +152,6 @@ def action_literals(action: Mapping[str, Any], history: str, identifiers: set[st
             if token in history:
                 found.add(token)
     return found
-
-
-@dataclass(frozen=True)
-class Item:
-    """One thing the session no longer sends in full, as a search sees it."""
-
-    id: str
-    order: int  # larger is newer
-    text: str
-
-
-def search(items: Iterable[Item], query: str, limit: int = SEARCH_LIMIT) -> list[Item]:
-    """The proxy's search semantics: case-insensitive literal match, newest first, at most
-    `limit` hits."""
-    needle = query.lower()
-    hits = [item for item in items if needle in item.text.lower()]
-    hits.sort(key=lambda item: item.order, reverse=True)
-    return hits[:limit]
 
 
 Search = Callable[[str], Sequence[Item]]

@@ -179,6 +179,10 @@ def figures(configs: list[Config], up: LookUpstream, books: dict[str, Any]) -> d
             row[f"billed_{model}"], row[f"cost_0.1_{model}"] = b["billed"], b["cost_0.1"]
             row[f"errors_{model}"] = b["errors"]
         row["look"] = dict(up.looks.get((look, ti)) or {})
+        rounds = [r for r in up.records if r["cfg"] == look and r["ti"] == ti and r.get("round")]
+        prompt, cached = sum(r["prompt"] for r in rounds), sum(r["cached"] for r in rounds)
+        row["look"]["rounds_billed"] = prompt
+        row["look"]["rounds_cost_0.1"] = round(prompt - cached + 0.1 * cached, 1)
         rows.append(row)
     return {"configs": names, "per_trajectory": rows, "total": total(rows)}
 
@@ -197,10 +201,10 @@ def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for field in ("billed", "cost_0.1", "errors"):
         for model in ("direct", "plain", "look"):
             out[f"{field}_{model}"] = round(sum(r[f"{field}_{model}"] for r in rows), 1)
-    looks: dict[str, int] = {}
+    looks: dict[str, float] = {}
     for row in rows:
         for name, n in row["look"].items():
-            looks[name] = looks.get(name, 0) + n
+            looks[name] = round(looks.get(name, 0) + n, 1)
     out["look"] = looks
     add_costs(out)
     for row in rows:
@@ -278,10 +282,7 @@ def cost_rows(rows: list[dict[str, Any]], tot: dict[str, Any]) -> list[Any]:
                 r["cost_0.1_plain"],
                 r["cost_0.1_look"],
                 r["added_cost_0.1_pct"],
-                *(
-                    lk.get(k, 0)
-                    for k in ("turns", "rounds", "reads", "searches", "found", "missed")
-                ),
+                *(lk.get(k, 0) for k in LOOK_FIELDS),
             ]
         )
     return out
@@ -299,11 +300,23 @@ COST_HEADS = [
     "added %",
     "turns looking",
     "rounds",
+    "rounds billed",
+    "rounds cost 0.1x",
     "reads",
     "searches",
     "found",
     "missed",
 ]
+LOOK_FIELDS = (
+    "turns",
+    "rounds",
+    "rounds_billed",
+    "rounds_cost_0.1",
+    "reads",
+    "searches",
+    "found",
+    "missed",
+)
 
 
 def print_tables(run: dict[str, Any]) -> None:

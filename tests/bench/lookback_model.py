@@ -9,10 +9,10 @@ unreachable, in what the proxy sent upstream. A search's hits are computed with 
 semantics over what the request does not show.
 
 Looking back: when a literal its next action uses is not visible, the model first calls the
-hidden tool, as a model would: one round with a read for each literal a visible placeholder's
-original holds and a search for each other one, then a round reading the newest hit of each
-search whose previews did not show the literal. The proxy answers these rounds itself; each is
-a request the upstream bills, like any other.
+hidden tool, as a model would: one round with a search for each such literal; then, for each
+search whose previews did not show the literal, it reads the newest hit (page after page while
+a page goes on, then the next hit), at most `MAX_ROUNDS` rounds in all. The proxy answers
+these rounds itself; each is a request the upstream bills, like any other.
 """
 
 from __future__ import annotations
@@ -35,8 +35,27 @@ from tests.bench.economy import PLACEHOLDER, ReplayUpstream, completion
 from tests.bench.tokens import Counter
 
 LOOK_PREFIX = "look_"
-MAX_ROUNDS = 2
+MAX_ROUNDS = 4  # hidden rounds before a turn's recorded answer, at most
 HIT_ID = re.compile(r"^- (\S+) \(turn \d+, ", re.MULTILINE)  # a search hit's line
+NEXT_PAGE = re.compile(r"the next page starts at offset (\d+)\.\]$")
+
+
+def next_step(call: dict[str, Any], answer: str) -> dict[str, Any] | None:
+    """What a model does when an answer did not show the literal it wants: after a search, it
+    reads the newest hit; after a page that goes on, the next page; after a whole original,
+    the next hit of its search; else it gives up."""
+    literal, args = call["literal"], call["args"]
+    hits = list(call.get("hits") or [])
+    if "query" in args:
+        hits = HIT_ID.findall(answer)
+    else:
+        page = NEXT_PAGE.search(answer.rstrip())
+        if page is not None:
+            read = {"toolcall_id": args["toolcall_id"], "offset": int(page.group(1))}
+            return {"literal": literal, "args": read, "hits": hits}
+    if not hits:
+        return None
+    return {"literal": literal, "args": {"toolcall_id": hits[0]}, "hits": hits[1:]}
 
 
 class LookUpstream(ReplayUpstream):
@@ -117,9 +136,7 @@ class LookUpstream(ReplayUpstream):
             return self.follow_up(cfg, ti, turn, body, now)
         missing = self.classify(cfg, ti, int(turn), messages)
         if cfg.startswith("look@") and missing:
-            calls = [
-                self.first_call(ti, literal, category, messages) for literal, category in missing
-            ]
+            calls = [{"literal": literal, "args": {"query": literal}} for literal, _ in missing]
             self.looks[(cfg, ti)]["turns"] += 1
             self.plans[(cfg, ti, turn)] = {"calls": calls, "round": 1}
             return self.ask(cfg, ti, turn, body, now, calls)
@@ -159,21 +176,6 @@ class LookUpstream(ReplayUpstream):
                 if len(self.misses[key]) < 12:
                     self.misses[key].append([k, literal, category])
         return out
-
-    def first_call(
-        self, ti: int, literal: str, category: str, messages: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        if category == "read":
-            shown = [
-                i
-                for m in messages
-                if m.get("role") == "tool"
-                for i in PLACEHOLDER.findall(coverage.content_text(m.get("content")))
-            ]
-            for tool_id in reversed(shown):  # the newest result that holds it
-                if literal in self.all_originals[ti].get(tool_id, ""):
-                    return {"literal": literal, "args": {"toolcall_id": tool_id}}
-        return {"literal": literal, "args": {"query": literal}}
 
     def ask(
         self,
@@ -241,9 +243,9 @@ class LookUpstream(ReplayUpstream):
             if c["literal"] in text:
                 self.looks[(cfg, ti)]["found"] += 1
                 continue
-            hit = HIT_ID.search(text) if "query" in c["args"] else None
-            if hit and plan is not None and plan["round"] < MAX_ROUNDS:
-                nxt.append({"literal": c["literal"], "args": {"toolcall_id": hit.group(1)}})
+            step = next_step(c, text)
+            if step is not None and plan is not None and plan["round"] < MAX_ROUNDS:
+                nxt.append(step)
             else:
                 self.looks[(cfg, ti)]["missed"] += 1
         if plan is not None and nxt:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from proxy.session.lookback import Item
 from tests.bench.coverage import (
-    Item,
     Tally,
     action_literals,
     classify,
@@ -72,8 +72,12 @@ def test_only_literals_the_history_holds_count_and_every_argument_is_read() -> N
     assert literals(action, "we saw old_name and helper_fn before") == {"old_name", "helper_fn"}
 
 
+def item(n: int, text: str) -> Item:
+    return Item(f"msg:{n}", n, "user", text, n)
+
+
 def test_classify_visible_read_search_unreachable() -> None:
-    items = [Item("3.0", 3000, "def FrobnicateWidget(x): ...")]
+    items = [item(3, "def FrobnicateWidget(x): ...")]
 
     def find(query: str) -> list[Item]:
         return search(items, query)
@@ -86,30 +90,31 @@ def test_classify_visible_read_search_unreachable() -> None:
     assert classify("missing_name", shown, originals, find) == "unreachable"
 
 
-def test_search_is_case_insensitive_newest_first_and_returns_at_most_twenty() -> None:
+def test_the_proxys_search_is_case_insensitive_newest_first_and_returns_at_most_twenty() -> None:
     # The exact spelling is only in the oldest of 25 items: the search's 20 hits miss it.
-    items = [Item(f"{n}.0", n, "MyName" if n == 0 else "myname") for n in range(25)]
+    items = [item(n, "MyName" if n == 0 else "myname") for n in range(25)]
     hits = search(items, "MYNAME")
-    assert [h.order for h in hits] == list(range(24, 4, -1))
+    assert [h.index for h in hits] == list(range(24, 4, -1))
     assert classify("MyName", "", [], lambda q: search(items, q)) == "unreachable"
     assert classify("MyName", "", [], lambda q: search(items[:20], q)) == "search"
 
 
 def test_unsent_items_are_the_pieces_the_upstream_request_does_not_show() -> None:
     history = [
+        {"role": "system", "content": "You fix bugs."},
         {"role": "user", "content": "fix the parser in lib/parse.py"},
         call(command="cat lib/parse.py"),
         {"role": "tool", "tool_call_id": "c1", "content": "def parse_quotes(): pass"},
         {"role": "assistant", "content": "I will edit it"},
     ]
     sent = [
-        {"role": "system", "content": "Summary: the user wants lib/parse.py fixed"},
+        {"role": "system", "content": "You fix bugs.\nSummary: the user wants lib/parse.py fixed"},
         {"role": "tool", "tool_call_id": "c1", "content": "[Compacted, ID: c1.]"},
         {"role": "assistant", "content": "I will edit it"},
     ]
     items = unsent_items(history, shown_text(sent))
-    assert [i.id for i in items] == ["0.0", "1.1", "2.0"]
-    assert [h.id for h in search(items, "PARSE_QUOTES")] == ["2.0"]
+    assert [i.id for i in items] == ["msg:1", "call:c1", "c1"]
+    assert [h.id for h in search(items, "PARSE_QUOTES")] == ["c1"]
 
 
 def test_tally_shares_and_targets() -> None:
