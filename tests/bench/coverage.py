@@ -34,10 +34,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.rules import COMPACTED_SYSTEM_PROMPT, PLACEHOLDER_TEMPLATE
 from proxy.session.lookback import Item, all_items
 from proxy.session.lookback import search as proxy_search
 
 MIN_LENGTH = 6
+PLACEHOLDER_MARK = PLACEHOLDER_TEMPLATE.split("{key}")[0]
+SUMMARY_MARK = COMPACTED_SYSTEM_PROMPT.split(" into ")[0]  # "Earlier conversation history ..."
 CATEGORIES = ("visible", "read", "search", "unreachable")
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.$/-]+")
@@ -81,20 +84,21 @@ def content_text(content: Any) -> str:
     return ""
 
 
-def message_texts(message: Mapping[str, Any]) -> list[str]:
-    """What a model reads of a chat message: its content, then each tool call's name and
-    arguments (as sent, and their string values unescaped)."""
+def message_texts(message: Mapping[str, Any], *, raw: bool = True) -> list[str]:
+    """What a model reads of a chat message: its content, then for each tool call its name,
+    the string values of its arguments and (with `raw`) the arguments as sent. Without `raw`
+    a call reads the same on every wire (Messages re-serialises the arguments' JSON)."""
     out = [content_text(message.get("content"))]
     for call in message.get("tool_calls") or []:
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict):
             continue
-        raw = str(fn.get("arguments") or "")
+        sent = str(fn.get("arguments") or "")
         try:
-            values = strings(json.loads(raw))
+            values = strings(json.loads(sent))
         except ValueError:
-            values = []
-        out.append("\n".join([str(fn.get("name") or ""), raw, *values]))
+            values = [sent]
+        out.append("\n".join([str(fn.get("name") or ""), *values, *([sent] if raw else [])]))
     return out
 
 
@@ -103,13 +107,20 @@ def shown_text(messages: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(t for m in messages for t in message_texts(m))
 
 
+def compacted(shown: str) -> bool:
+    """Whether a request the proxy sent shows a placeholder or a summary."""
+    return PLACEHOLDER_MARK in shown or SUMMARY_MARK in shown
+
+
 def unsent_items(history: Sequence[Mapping[str, Any]], shown: str) -> list[Item]:
     """What a search covers, as the proxy's items (`proxy.session.lookback.all_items`, oldest
     first): those of every client message the upstream request does not show verbatim (a
     piece of it, its content or a tool call, is not in `shown`): what a summary cut, and
     reclaimed results."""
     unsent = {
-        i for i, m in enumerate(history) if any(t and t not in shown for t in message_texts(m))
+        i
+        for i, m in enumerate(history)
+        if any(t and t not in shown for t in message_texts(m, raw=False))
     }
     return [item for item in all_items(history) if item.index in unsent]
 

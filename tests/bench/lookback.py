@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 import uuid
@@ -32,22 +33,18 @@ from tests.bench import coverage, economy, local_summary, replay_wires
 from tests.bench.common import (
     git_commit,
     machine,
-    print_header,
     run_dir,
     running,
-    table,
     write_result,
     xun_proxy,
 )
-from tests.bench.coverage import Tally
 from tests.bench.economy import Config, TurnClock
+from tests.bench.lookback_figures import figures, lowest, overall, print_tables, targets
 from tests.bench.lookback_model import LookUpstream
 from tests.bench.tokens import Counter
 from tests.support.servers import UvicornThread
 
 THRESHOLD = 32_000
-TARGETS = {"visible": 92.0, "visible_or_read": 97.0, "reachable": 99.5}
-LOOK_TARGET_PCT = 10.0
 HOW = (
     "before each turn the replay waits until the proxy has no request, save or summary ahead in "
     "flight (POST /bench/settle, tests/bench/clocked.py), and a summary's time is read on the "
@@ -161,186 +158,6 @@ def run_once(
     }
 
 
-def figures(configs: list[Config], up: LookUpstream, books: dict[str, Any]) -> dict[str, Any]:
-    """Per trajectory that compacts (under either model): coverage of both, billing of all."""
-    direct, plain, look = (c.name for c in configs)
-    names = {"direct": direct, "plain": plain, "look": look}
-    rows = []
-    for ti, entry in enumerate(books["per_trajectory"]):
-        if (plain, ti) not in up.compacted and (look, ti) not in up.compacted:
-            continue
-        row: dict[str, Any] = {"trajectory": entry["trajectory"], "source": entry["source"]}
-        for model in ("plain", "look"):
-            tally = up.tallies.get((names[model], ti)) or Tally()
-            shown = up.misses.get((names[model], ti)) or []
-            row[f"coverage_{model}"] = {**tally.as_dict(), "not_visible": shown}
-        for model, name in names.items():
-            b = entry["configs"][name]
-            row[f"billed_{model}"], row[f"cost_0.1_{model}"] = b["billed"], b["cost_0.1"]
-            row[f"errors_{model}"] = b["errors"]
-        row["look"] = dict(up.looks.get((look, ti)) or {})
-        rounds = [r for r in up.records if r["cfg"] == look and r["ti"] == ti and r.get("round")]
-        prompt, cached = sum(r["prompt"] for r in rounds), sum(r["cached"] for r in rounds)
-        row["look"]["rounds_billed"] = prompt
-        row["look"]["rounds_cost_0.1"] = round(prompt - cached + 0.1 * cached, 1)
-        rows.append(row)
-    return {"configs": names, "per_trajectory": rows, "total": total(rows)}
-
-
-def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"trajectories": len(rows)}
-    for model in ("plain", "look"):
-        tally = Tally()
-        for row in rows:
-            part = Tally()
-            for name in coverage.CATEGORIES:
-                part.counts[name] = row[f"coverage_{model}"][name]
-            part.examples = list(row[f"coverage_{model}"]["ex"])
-            tally.merge(part)
-        out[f"coverage_{model}"] = tally.as_dict()
-    for field in ("billed", "cost_0.1", "errors"):
-        for model in ("direct", "plain", "look"):
-            out[f"{field}_{model}"] = round(sum(r[f"{field}_{model}"] for r in rows), 1)
-    looks: dict[str, float] = {}
-    for row in rows:
-        for name, n in row["look"].items():
-            looks[name] = round(looks.get(name, 0) + n, 1)
-    out["look"] = looks
-    add_costs(out)
-    for row in rows:
-        add_costs(row)
-    return out
-
-
-def add_costs(row: dict[str, Any]) -> None:
-    for field in ("billed", "cost_0.1"):
-        row[f"added_{field}_pct"] = pct(row[f"{field}_look"], row[f"{field}_plain"])
-        row[f"saving_{field}_plain_pct"] = pct(row[f"{field}_plain"], row[f"{field}_direct"])
-        row[f"saving_{field}_look_pct"] = pct(row[f"{field}_look"], row[f"{field}_direct"])
-
-
-def overall(wires: dict[str, Any]) -> dict[str, Any]:
-    rows = [r for w in wires.values() for r in w["per_trajectory"]]
-    return total(rows)
-
-
-def pct(value: float, base: float) -> float | None:
-    return round(100 * (value / base - 1), 2) if base else None
-
-
-def targets(tot: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for model in ("plain", "look"):
-        shares = tot[f"coverage_{model}"]["pct"]
-        out[model] = {
-            k: {"target": v, "got": shares[k], "holds": (shares[k] or 0) >= v}
-            for k, v in TARGETS.items()
-        }
-    added = tot["added_billed_pct"]
-    out["look_back_added_billed_pct"] = {
-        "target": LOOK_TARGET_PCT,
-        "got": added,
-        "holds": added is not None and added <= LOOK_TARGET_PCT,
-    }
-    return out
-
-
-def lowest(rows: list[dict[str, Any]], model: str, n: int = 3) -> list[dict[str, Any]]:
-    key = f"coverage_{model}"
-    ranked = sorted(
-        (r for r in rows if r[key]["literals"]),
-        key=lambda r: (r[key]["pct"]["visible"], r[key]["pct"]["reachable"], r["trajectory"]),
-    )
-    return [
-        {"trajectory": r["trajectory"], "literals": r[key]["literals"], **r[key]["pct"]}
-        for r in ranked[:n]
-    ]
-
-
-def coverage_rows(rows: list[dict[str, Any]], tot: dict[str, Any], model: str) -> list[Any]:
-    out = []
-    for r in [*rows, {"trajectory": "**total**", **tot}]:
-        c = r[f"coverage_{model}"]
-        p = c["pct"]
-        out.append(
-            [r["trajectory"], c["literals"], p["visible"], p["read"], p["search"], p["unreachable"]]
-        )
-    return out
-
-
-def cost_rows(rows: list[dict[str, Any]], tot: dict[str, Any]) -> list[Any]:
-    out = []
-    for r in [*rows, {"trajectory": "**total**", **tot}]:
-        lk = r["look"]
-        out.append(
-            [
-                r["trajectory"],
-                r["billed_direct"],
-                r["billed_plain"],
-                r["billed_look"],
-                r["added_billed_pct"],
-                r["cost_0.1_plain"],
-                r["cost_0.1_look"],
-                r["added_cost_0.1_pct"],
-                *(lk.get(k, 0) for k in LOOK_FIELDS),
-            ]
-        )
-    return out
-
-
-COVERAGE_HEADS = ["trajectory", "literals", "visible %", "read %", "search %", "unreachable %"]
-COST_HEADS = [
-    "trajectory",
-    "billed direct",
-    "billed never looks",
-    "billed looks back",
-    "added %",
-    "cost 0.1x never looks",
-    "cost 0.1x looks back",
-    "added %",
-    "turns looking",
-    "rounds",
-    "rounds billed",
-    "rounds cost 0.1x",
-    "reads",
-    "searches",
-    "found",
-    "missed",
-]
-LOOK_FIELDS = (
-    "turns",
-    "rounds",
-    "rounds_billed",
-    "rounds_cost_0.1",
-    "reads",
-    "searches",
-    "found",
-    "missed",
-)
-
-
-def print_tables(run: dict[str, Any]) -> None:
-    for wire, fig in run["wires"].items():
-        for model in ("plain", "look"):
-            name = fig["configs"][model]
-            print_header(
-                f"Future-reference coverage, {name} (from each session's first compaction)"
-            )
-            print(table(COVERAGE_HEADS, coverage_rows(fig["per_trajectory"], fig["total"], model)))
-        print_header(f"What looking back costs, {wire} (billed = prompt + summary tokens)")
-        print(table(COST_HEADS, cost_rows(fig["per_trajectory"], fig["total"])))
-    tot = run["all_wires"]
-    print_header("All wires")
-    rows = []
-    for model in ("plain", "look"):
-        c = tot[f"coverage_{model}"]
-        rows.append([model, c["literals"], *(c["pct"][k] for k in coverage.CATEGORIES)])
-    print(table(["model", "literals", "visible %", "read %", "search %", "unreachable %"], rows))
-    print(
-        f"look-back adds {tot['added_billed_pct']} % billed, {tot['added_cost_0.1_pct']} % at 0.1x"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="future-reference coverage and look-back cost")
     parser.add_argument("--only", nargs="*", help="trajectories whose name contains one of these")
@@ -355,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tag", default="", help="suffix of the result files")
     args = parser.parse_args(argv)
+    # A stopped run still stops its proxies (`running`'s finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from tests.support.corpus import load_all
 
     started = time.time()

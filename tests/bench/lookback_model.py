@@ -2,8 +2,8 @@
 future-reference coverage (`tests.bench.coverage`) and, for a `look@` configuration, looks back
 through the proxy's hidden tool before it gives a turn's recorded answer.
 
-Coverage: at every turn from a session's first compaction (the first request that does not
-show some piece of the client's history verbatim), the literals the recorded next action uses
+Coverage: at every turn from a session's first compaction (the first request that shows a
+placeholder or a summary), the literals the recorded next action uses
 that its history held are each counted visible, one read away, one search away or
 unreachable, in what the proxy sent upstream. A search's hits are computed with the proxy's
 semantics over what the request does not show.
@@ -151,8 +151,7 @@ class LookUpstream(ReplayUpstream):
         key = (cfg, ti)
         items: list[coverage.Item] | None = None
         if key not in self.compacted:
-            items = coverage.unsent_items(history, shown)
-            if not items:
+            if not coverage.compacted(shown):
                 return []
             self.compacted.add(key)
         ids = set()

@@ -10,6 +10,7 @@ from tests.bench.coverage import (
     Tally,
     action_literals,
     classify,
+    compacted,
     identifier_words,
     search,
     shown_text,
@@ -130,3 +131,22 @@ def test_tally_shares_and_targets() -> None:
     assert shares["pct"]["visible_or_read"] == round(100 * 9 / 11, 2)
     assert shares["pct"]["reachable"] == round(100 * 10 / 11, 2)
     assert shares["ex"] == ["lost_name"]
+
+
+def test_a_session_counts_from_the_first_request_with_a_placeholder_or_a_summary() -> None:
+    from proxy.rules import COMPACTED_SYSTEM_PROMPT, PLACEHOLDER_TEMPLATE
+
+    assert not compacted(shown_text([{"role": "user", "content": "fix lib/parse.py"}]))
+    placeholder = PLACEHOLDER_TEMPLATE.format(key="call_1")
+    assert compacted(shown_text([{"role": "tool", "tool_call_id": "x", "content": placeholder}]))
+    summary = COMPACTED_SYSTEM_PROMPT + "\n<conversation_summary>...</conversation_summary>"
+    assert compacted(shown_text([{"role": "system", "content": summary}]))
+
+
+def test_a_tool_call_whose_arguments_another_wire_reserialised_is_still_sent() -> None:
+    history = [call(command="cat lib/parse.py", timeout=30)]
+    resent = json.dumps({"command": "cat lib/parse.py", "timeout": 30}, separators=(",", ":"))
+    sent = [dict(history[0], tool_calls=[dict(history[0]["tool_calls"][0])])]
+    sent[0]["tool_calls"][0]["function"] = {"name": "bash", "arguments": resent}
+    assert history[0]["tool_calls"][0]["function"]["arguments"] != resent
+    assert unsent_items(history, shown_text(sent)) == []
