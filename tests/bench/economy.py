@@ -27,6 +27,11 @@ those writes, as Anthropic (1.25x, 2x for its 1-hour cache) and GPT-5.6 on (1.25
 After each trajectory the client sends one extra probe request (not counted): the upstream
 asks, through the proxy's extract tool, for every tool result it ever saw as a placeholder,
 and checks each answer equals the original.
+
+Repeat runs give the same figures: before each turn the client waits until the proxy has no
+request, save or summary written ahead in flight (`POST /bench/settle`, `tests.bench.clocked`,
+which also reads a summary's time on the replay's clock). Before, a turn sent at once raced
+the previous turn's bookkeeping, and one run's totals could differ from the next one's.
 """
 
 from __future__ import annotations
