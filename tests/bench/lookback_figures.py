@@ -181,6 +181,10 @@ def print_tables(run: dict[str, Any]) -> None:
                 f"Future-reference coverage, {name} (from each session's first compaction)"
             )
             print(table(COVERAGE_HEADS, coverage_rows(fig["per_trajectory"], fig["total"], model)))
+            low = lowest(fig["per_trajectory"], model)
+            print(
+                "\nlowest visible: " + "; ".join(f"{r['trajectory']} {r['visible']} %" for r in low)
+            )
         print_header(f"What looking back costs, {wire} (billed = prompt + summary tokens)")
         print(table(COST_HEADS, cost_rows(fig["per_trajectory"], fig["total"])))
     tot = run["all_wires"]
@@ -193,3 +197,11 @@ def print_tables(run: dict[str, Any]) -> None:
     print(
         f"look-back adds {tot['added_billed_pct']} % billed, {tot['added_cost_0.1_pct']} % at 0.1x"
     )
+    for name, checks in targets(tot).items():
+        if "target" in checks:
+            checks = {"added billed %": checks}
+        shown = ", ".join(
+            f"{k} {v['got']} (target {v['target']}: {'holds' if v['holds'] else 'fails'})"
+            for k, v in checks.items()
+        )
+        print(f"targets, {name}: {shown}")
