@@ -69,8 +69,9 @@ def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def add_costs(row: dict[str, Any]) -> None:
     for field in ("billed", "cost_0.1"):
         row[f"added_{field}_pct"] = pct(row[f"{field}_look"], row[f"{field}_plain"])
-        row[f"saving_{field}_plain_pct"] = pct(row[f"{field}_plain"], row[f"{field}_direct"])
-        row[f"saving_{field}_look_pct"] = pct(row[f"{field}_look"], row[f"{field}_direct"])
+        for model in ("plain", "look"):
+            more = pct(row[f"{field}_{model}"], row[f"{field}_direct"])
+            row[f"saving_{field}_{model}_pct"] = None if more is None else -more
 
 
 def overall(wires: dict[str, Any]) -> dict[str, Any]:
