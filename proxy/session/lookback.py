@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.content_text import TextForm, text_of
-from proxy.session.history import SYSTEM_ROLES, tool_results
+from proxy.session.history import leading_system_count, tool_results
 from proxy.session.tool_output import EMPTY_OUTPUT, as_text, is_empty
 
 PAGE_CHARS = 20_000  # of the original, in one read
@@ -126,19 +126,16 @@ def searchable_items(
     and the client's leading system messages), and every reclaimed tool result (its key in
     `reclaimed`). Hidden extract answers are copies of originals: not searched."""
     lo, hi = cut if cut is not None else (0, 0)
+    lo = max(lo, leading_system_count(messages))  # the client's system prompt is always sent
     wanted = set(reclaimed)
     found = []
     for item in all_items(messages, keys):
         i = item.index
-        if lo <= i < hi and i != kept and not _leading_system(messages, i):
+        if lo <= i < hi and i != kept:
             found.append(item)
         elif item.id in wanted and messages[i].get("role") in ("tool", "function"):
             found.append(item)
     return found
-
-
-def _leading_system(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
-    return all(messages[j].get("role") in SYSTEM_ROLES for j in range(index + 1))
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -237,8 +234,8 @@ class Lookback:
     originals: dict[str, Any]
     keys: Mapping[int, str] | None = None
     scope: Callable[[], list[Item]] | None = None
-    _every: list[Item] | None = field(default=None, init=False, repr=False)
     _by_id: dict[str, Item] | None = field(default=None, init=False, repr=False)
+    _scoped: list[Item] | None = field(default=None, init=False, repr=False)
 
     def fork(self) -> Lookback:
         """The same request, with its own copy of the originals (to add answers to)."""
@@ -246,9 +243,8 @@ class Lookback:
 
     def every(self) -> dict[str, Item]:
         if self._by_id is None:
-            self._every = all_items(self.messages, self.keys)
             self._by_id = {}
-            for item in self._every:
+            for item in all_items(self.messages, self.keys):
                 self._by_id.setdefault(item.id, item)
         return self._by_id
 
@@ -268,7 +264,9 @@ class Lookback:
         """A new search over `scope()`; or, with a recorded `scope`, the same search answered
         again from the items it returned."""
         if scope is None:
-            return search(query, self.scope() if self.scope is not None else [])
+            if self._scoped is None:
+                self._scoped = self.scope() if self.scope is not None else []
+            return search(query, self._scoped)
         by_id = self.every()
         ids = scope.get("hits")
         wanted = [by_id[i] for i in ids if isinstance(i, str) and i in by_id] if ids else []
