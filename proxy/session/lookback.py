@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.content_text import TextForm, text_of
 from proxy.session.history import leading_system_count, tool_results
@@ -136,6 +136,48 @@ def searchable_items(
         elif item.id in wanted and messages[i].get("role") in ("tool", "function"):
             found.append(item)
     return found
+
+
+class Compacted(Protocol):
+    """What a session's state says was compacted (`proxy.session.state.SessionState`)."""
+
+    @property
+    def summary(self) -> str | None: ...
+    @property
+    def cut(self) -> int: ...
+    @property
+    def moved_user(self) -> int | None: ...
+    @property
+    def reclaimed(self) -> list[str]: ...
+
+
+class Rebuilt(Protocol):
+    """A request rebuilt under its session's state (`proxy.session.rebuild.Rebuild`)."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]: ...
+    @property
+    def state(self) -> Compacted: ...
+    @property
+    def system_count(self) -> int: ...
+    @property
+    def floor(self) -> int: ...
+    @property
+    def keys(self) -> dict[int, str]: ...
+    @property
+    def originals(self) -> dict[str, Any]: ...
+
+
+def searchable(rb: Rebuilt) -> list[Item]:
+    """What a search of the extract tool covers in a rebuilt request, oldest first: every
+    item (message, tool call, tool result) a summary cut, and every reclaimed tool result,
+    each with its id, turn, role or tool name and text (`Item`), as the state stands: called
+    after the request's compaction, what its upstream request no longer carries whole."""
+    state = rb.state
+    cut = (max(rb.system_count, rb.floor), state.cut) if state.summary else None
+    return searchable_items(
+        rb.messages, cut=cut, reclaimed=state.reclaimed, keys=rb.keys, kept=state.moved_user
+    )
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -287,3 +329,8 @@ def _whole_message(message: Mapping[str, Any]) -> str:
         if isinstance(call, Mapping):
             lines.append(f"[tool call {call.get('id')}] {_call_text(call)[1]}")
     return "\n".join(line for line in lines if line)
+
+
+def lookback_of(rb: Rebuilt) -> Lookback:
+    """What the extract tool reads and searches in a rebuilt request (a search: `searchable`)."""
+    return Lookback(rb.messages, rb.originals, rb.keys, lambda: searchable(rb))

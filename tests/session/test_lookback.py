@@ -17,10 +17,12 @@ from proxy.session.lookback import (
     PAGE_CHARS,
     Item,
     Lookback,
+    lookback_of,
     page,
     search,
+    searchable,
 )
-from proxy.session.rebuild import apply_compaction, rebuild, record_turn, searchable
+from proxy.session.rebuild import apply_compaction, rebuild, record_turn
 from proxy.session.state import SessionState, add_round
 from proxy.wire.chat.adapter import ChatWire
 
@@ -144,7 +146,7 @@ def test_a_100_kb_original_is_read_in_pages() -> None:
 def test_cut_messages_and_calls_are_read_by_their_ids() -> None:
     msgs = _history(6)
     rb = rebuild(msgs, _summarised(msgs), unmerge=WIRE.unmerge)
-    book = rb.lookback()
+    book = lookback_of(rb)
     user, _ = answer_call(_extract("x", toolcall_id="msg:1"), book)
     assert user.startswith("[user]\nTurn 1: please look at UserLiteral1")
     assistant, _ = answer_call(_extract("x", toolcall_id="msg:2"), book)
@@ -162,7 +164,7 @@ def _after_search(msgs: list[dict[str, Any]], state: SessionState, query: str) -
     rb = rebuild(msgs, state, unmerge=WIRE.unmerge)
     message = {"role": "assistant", "content": None, "tool_calls": [_extract("s1", query=query)]}
     answered = Answered()
-    results = answered.answer(extract_calls := message["tool_calls"], rb.lookback())
+    results = answered.answer(extract_calls := message["tool_calls"], rb)
     shown = WIRE.hidden_round({}, _round(message), stream=False)[1]
     add_round(
         rb.state, len(msgs), round_entry(message, shown, results, answered.scopes(extract_calls))
@@ -212,7 +214,7 @@ def test_an_extracted_original_is_reclaimed_again_by_the_next_level_1_round() ->
         "tool_calls": [_extract("r1", toolcall_id=reclaimed)],
     }
     answered = Answered()
-    results = answered.answer(message["tool_calls"], rb.lookback())
+    results = answered.answer(message["tool_calls"], rb)
     assert results[0]["content"] == rb.originals[reclaimed]
     add_round(rb.state, len(msgs), round_entry(message, None, results))
     state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
@@ -227,5 +229,5 @@ def test_an_extracted_original_is_reclaimed_again_by_the_next_level_1_round() ->
     answer = next(m for m in sent if m.get("tool_call_id") == "r1")
     assert answer["content"].startswith("[Compacted, ID: xun-extract:r1.")
     # ... and the model can still read it back by that id.
-    again, _ = answer_call(_extract("x", toolcall_id=key), rb.lookback())
+    again, _ = answer_call(_extract("x", toolcall_id=key), lookback_of(rb))
     assert again == rb.originals[reclaimed]
