@@ -23,7 +23,7 @@ from proxy.session.lookback import (
     searchable,
 )
 from proxy.session.rebuild import apply_compaction, rebuild, record_turn
-from proxy.session.state import SessionState, add_round
+from proxy.session.state import SessionState, add_hidden, add_round
 from proxy.wire.chat.adapter import ChatWire
 
 WIRE = ChatWire()
@@ -231,3 +231,29 @@ def test_an_extracted_original_is_reclaimed_again_by_the_next_level_1_round() ->
     # ... and the model can still read it back by that id.
     again, _ = answer_call(_extract("x", toolcall_id=key), lookback_of(rb))
     assert again == rb.originals[reclaimed]
+
+
+def test_a_search_beside_the_clients_own_call_re_derives_after_later_compactions() -> None:
+    """The model searched in the same message as a call of the client's own: the search goes
+    back into that message on later requests, its answer the same bytes although more was
+    cut and reclaimed since."""
+    msgs = _history(6)
+    rb = rebuild(msgs, _summarised(msgs), unmerge=WIRE.unmerge)
+    own = [_call("own1", "read_file", {"path": "x.py"})]
+    extract = [_extract("s2", query="toolliteral")]
+    answered = Answered()
+    results = answered.answer(extract, rb)
+    assert "ToolLiteral1" in results[0]["content"]
+    add_hidden(rb.state, len(msgs), own, extract, results, answered.scopes(extract))
+    state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
+    echo = {"role": "assistant", "content": None, "tool_calls": own}
+    grown = [*msgs, echo, {"role": "tool", "tool_call_id": "own1", "content": "x"}, *_turn(7)]
+    rb = rebuild(grown, state, unmerge=WIRE.unmerge)
+    rb.conversation.compact_toolcall(keep_max=1)
+    rb.conversation.compact(lambda m: "SUMMARY AGAIN", keep_recent=8)
+    apply_compaction(rb)
+    state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
+    later = rebuild([*grown, *_turn(8)], state, unmerge=WIRE.unmerge)
+    assert len(later.state.hidden) == 1
+    assert later.originals[HIDDEN_KEY_PREFIX + "s2"] == results[0]["content"]
+    assert search("toolliteral", searchable(later)).text != results[0]["content"]
