@@ -111,6 +111,10 @@ def _requested_id(args: Mapping[str, Any]) -> Any:
     return args.get("toolcall_id", args.get("tool_call_id", args.get("id")))
 
 
+def _given(value: Any) -> Any:
+    return None if value == "" else value
+
+
 def _shown(value: str) -> str:
     """An id quoted back safely: bounded, no control characters."""
     clean = "".join(ch if ch.isprintable() else "?" for ch in value[:80])
@@ -132,7 +136,8 @@ def answer_call(
     args = _arguments(fn.get("arguments") if isinstance(fn, dict) else None)
     if args is None:
         return USAGE, None
-    requested, query = _requested_id(args), args.get("query")
+    # A schema made strict by the API has the model fill every parameter: "" is not given.
+    requested, query = _given(_requested_id(args)), _given(args.get("query"))
     if (requested is None) == (query is None):
         return USAGE, None
     if query is not None:

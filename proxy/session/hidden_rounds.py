@@ -32,7 +32,7 @@ import orjson
 
 from proxy.session.extract_tool import answer_call, split_calls
 from proxy.session.history import HIDDEN_KEY_PREFIX
-from proxy.session.lookback import Lookback, SearchScope
+from proxy.session.lookback import Lookback, Rebuilt, SearchScope, lookback_of
 
 JSON = dict[str, Any]
 
@@ -65,8 +65,9 @@ class Answered:
 
     by_call: dict[str, SearchScope | None] = field(default_factory=dict)
 
-    def answer(self, calls: Sequence[Mapping[str, Any]], book: Lookback | None) -> list[JSON]:
-        results, scopes = answers(calls, book if book is not None else Lookback([], {}))
+    def answer(self, calls: Sequence[Mapping[str, Any]], rb: Rebuilt | None) -> list[JSON]:
+        """Answers from the rebuilt request (`proxy.session.rebuild.Rebuild`), if there is one."""
+        results, scopes = answers(calls, lookback_of(rb) if rb is not None else Lookback([], {}))
         for call, scope in zip(calls, scopes, strict=True):
             self.by_call[str(call.get("id"))] = scope
         return results

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.content_text import TextForm, text_of
-from proxy.session.history import SYSTEM_ROLES, tool_results
+from proxy.session.history import leading_system_count, tool_results
 from proxy.session.tool_output import EMPTY_OUTPUT, as_text, is_empty
 
 PAGE_CHARS = 20_000  # of the original, in one read
@@ -126,19 +126,58 @@ def searchable_items(
     and the client's leading system messages), and every reclaimed tool result (its key in
     `reclaimed`). Hidden extract answers are copies of originals: not searched."""
     lo, hi = cut if cut is not None else (0, 0)
+    lo = max(lo, leading_system_count(messages))  # the client's system prompt is always sent
     wanted = set(reclaimed)
     found = []
     for item in all_items(messages, keys):
         i = item.index
-        if lo <= i < hi and i != kept and not _leading_system(messages, i):
+        if lo <= i < hi and i != kept:
             found.append(item)
         elif item.id in wanted and messages[i].get("role") in ("tool", "function"):
             found.append(item)
     return found
 
 
-def _leading_system(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
-    return all(messages[j].get("role") in SYSTEM_ROLES for j in range(index + 1))
+class Compacted(Protocol):
+    """What a session's state says was compacted (`proxy.session.state.SessionState`)."""
+
+    @property
+    def summary(self) -> str | None: ...
+    @property
+    def cut(self) -> int: ...
+    @property
+    def moved_user(self) -> int | None: ...
+    @property
+    def reclaimed(self) -> list[str]: ...
+
+
+class Rebuilt(Protocol):
+    """A request rebuilt under its session's state (`proxy.session.rebuild.Rebuild`)."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]: ...
+    @property
+    def state(self) -> Compacted: ...
+    @property
+    def system_count(self) -> int: ...
+    @property
+    def floor(self) -> int: ...
+    @property
+    def keys(self) -> dict[int, str]: ...
+    @property
+    def originals(self) -> dict[str, Any]: ...
+
+
+def searchable(rb: Rebuilt) -> list[Item]:
+    """What a search of the extract tool covers in a rebuilt request, oldest first: every
+    item (message, tool call, tool result) a summary cut, and every reclaimed tool result,
+    each with its id, turn, role or tool name and text (`Item`), as the state stands: called
+    after the request's compaction, what its upstream request no longer carries whole."""
+    state = rb.state
+    cut = (max(rb.system_count, rb.floor), state.cut) if state.summary else None
+    return searchable_items(
+        rb.messages, cut=cut, reclaimed=state.reclaimed, keys=rb.keys, kept=state.moved_user
+    )
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -237,8 +276,8 @@ class Lookback:
     originals: dict[str, Any]
     keys: Mapping[int, str] | None = None
     scope: Callable[[], list[Item]] | None = None
-    _every: list[Item] | None = field(default=None, init=False, repr=False)
     _by_id: dict[str, Item] | None = field(default=None, init=False, repr=False)
+    _scoped: list[Item] | None = field(default=None, init=False, repr=False)
 
     def fork(self) -> Lookback:
         """The same request, with its own copy of the originals (to add answers to)."""
@@ -246,9 +285,8 @@ class Lookback:
 
     def every(self) -> dict[str, Item]:
         if self._by_id is None:
-            self._every = all_items(self.messages, self.keys)
             self._by_id = {}
-            for item in self._every:
+            for item in all_items(self.messages, self.keys):
                 self._by_id.setdefault(item.id, item)
         return self._by_id
 
@@ -268,7 +306,9 @@ class Lookback:
         """A new search over `scope()`; or, with a recorded `scope`, the same search answered
         again from the items it returned."""
         if scope is None:
-            return search(query, self.scope() if self.scope is not None else [])
+            if self._scoped is None:
+                self._scoped = self.scope() if self.scope is not None else []
+            return search(query, self._scoped)
         by_id = self.every()
         ids = scope.get("hits")
         wanted = [by_id[i] for i in ids if isinstance(i, str) and i in by_id] if ids else []
@@ -289,3 +329,8 @@ def _whole_message(message: Mapping[str, Any]) -> str:
         if isinstance(call, Mapping):
             lines.append(f"[tool call {call.get('id')}] {_call_text(call)[1]}")
     return "\n".join(line for line in lines if line)
+
+
+def lookback_of(rb: Rebuilt) -> Lookback:
+    """What the extract tool reads and searches in a rebuilt request (a search: `searchable`)."""
+    return Lookback(rb.messages, rb.originals, rb.keys, lambda: searchable(rb))

@@ -31,7 +31,6 @@ from proxy.session.history import (
     validate,
 )
 from proxy.session.json_limits import Written
-from proxy.session.lookback import Item, Lookback, searchable_items
 from proxy.session.state import (
     CHAIN_SCHEME,
     HiddenExtract,
@@ -153,10 +152,6 @@ class Rebuild:
         conv.compaction_counter.toolcall_reclaimed = state.toolcall_reclaimed
         return conv
 
-    def lookback(self) -> Lookback:
-        """What the extract tool reads and searches in this request (`searchable` for a search)."""
-        return Lookback(self.messages, self.originals, self.keys, lambda: searchable(self))
-
     def unchanged(self) -> bool:
         """True when nothing applies to the client's messages: they go up as sent (also when
         the conversation was built but not changed since, as by a compactor that waits)."""
@@ -205,18 +200,6 @@ class Rebuild:
         if self.unchanged():
             return (self.chars + 3) // 4 + 4 * len(self.messages)  # the client's, as sent
         return estimate_tokens(self.upstream_messages())
-
-
-def searchable(rb: Rebuild) -> list[Item]:
-    """What a search of the extract tool covers in this request, oldest first: every item
-    (message, tool call, tool result) a summary cut, and every reclaimed tool result, each
-    with its id, turn, role or tool name and text (`proxy.session.lookback.Item`). As the
-    state stands: call it after the request's compaction for what its upstream request lacks."""
-    state = rb.state
-    cut = (max(rb.system_count, rb.floor), state.cut) if state.summary else None
-    return searchable_items(
-        rb.messages, cut=cut, reclaimed=state.reclaimed, keys=rb.keys, kept=state.moved_user
-    )
 
 
 def _identities(conv: Conversation) -> list[object]:  # what changing a conversation replaces

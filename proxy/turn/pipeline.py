@@ -342,7 +342,7 @@ class Pipeline:
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
-        return self.answered.answer(calls, self.turn.rb.lookback() if self.turn.rb else None)
+        return self.answered.answer(calls, self.turn.rb)
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)

@@ -1,5 +1,7 @@
-"""The token economy's promise with cache writes billed: with the default settings no
-trajectory costs more through the proxy than sent directly, at any write price.
+"""The token economy's promise with cache writes billed: with `extract_tool: after_compaction`
+no trajectory costs more through the proxy than sent directly, at any write price (with the
+default, `always`, a session that never compacts also pays the tool's definition, at most 60
+tokens a request: tests/session/test_extract_tool_size.py).
 
 Runs the benchmark's own replay (`tests.bench.economy`: real proxy processes, the replay
 upstream keeping the books) on two trajectories of the corpus that were costlier than direct:
@@ -28,10 +30,10 @@ TRAJECTORIES = {
 
 
 def replay(write_factor: float, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
-    """Per trajectory, the cost rows of direct and of the proxy at 16k (default settings,
-    told the write price as an operator would tell it)."""
-    for name in ("XUN_EXTRACT_TOOL", "XUN_COMPACTOR"):
-        monkeypatch.delenv(name, raising=False)
+    """Per trajectory, the cost rows of direct and of the proxy at 16k (default settings but
+    `extract_tool: after_compaction`, told the write price as an operator would tell it)."""
+    monkeypatch.delenv("XUN_COMPACTOR", raising=False)
+    monkeypatch.setenv("XUN_EXTRACT_TOOL", "after_compaction")
     monkeypatch.setenv("XUN_CACHE_READ_FACTORS", '{"": 0.1}')
     monkeypatch.setenv("XUN_CACHE_WRITE_FACTORS", f'{{"": {write_factor}}}')
     written: dict[str, Any] = {}

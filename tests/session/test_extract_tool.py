@@ -66,6 +66,21 @@ def test_answers_by_key(arguments: Any, expected: str) -> None:
 @pytest.mark.parametrize(
     "arguments",
     [
+        '{"toolcall_id": "call_1", "query": "", "offset": 0}',
+        '{"toolcall_id": "call_1", "query": "", "offset": null}',
+    ],
+)
+def test_a_parameter_sent_empty_counts_as_not_given(arguments: str) -> None:
+    """A schema the API made strict has the model fill every parameter."""
+    assert answer(call(arguments), ORIGINALS) == "original text"
+    assert answer(call('{"toolcall_id": "", "query": "x", "offset": 0}'), ORIGINALS).startswith(
+        "No match for 'x'"
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
         '{"toolcall_id": "nope"}',
         '{"toolcall_id": "../../etc/passwd"}',
         '{"toolcall_id": "' + "A" * 10000 + '"}',

@@ -17,11 +17,13 @@ from proxy.session.lookback import (
     PAGE_CHARS,
     Item,
     Lookback,
+    lookback_of,
     page,
     search,
+    searchable,
 )
-from proxy.session.rebuild import apply_compaction, rebuild, record_turn, searchable
-from proxy.session.state import SessionState, add_round
+from proxy.session.rebuild import apply_compaction, rebuild, record_turn
+from proxy.session.state import SessionState, add_hidden, add_round
 from proxy.wire.chat.adapter import ChatWire
 
 WIRE = ChatWire()
@@ -144,7 +146,7 @@ def test_a_100_kb_original_is_read_in_pages() -> None:
 def test_cut_messages_and_calls_are_read_by_their_ids() -> None:
     msgs = _history(6)
     rb = rebuild(msgs, _summarised(msgs), unmerge=WIRE.unmerge)
-    book = rb.lookback()
+    book = lookback_of(rb)
     user, _ = answer_call(_extract("x", toolcall_id="msg:1"), book)
     assert user.startswith("[user]\nTurn 1: please look at UserLiteral1")
     assistant, _ = answer_call(_extract("x", toolcall_id="msg:2"), book)
@@ -162,7 +164,7 @@ def _after_search(msgs: list[dict[str, Any]], state: SessionState, query: str) -
     rb = rebuild(msgs, state, unmerge=WIRE.unmerge)
     message = {"role": "assistant", "content": None, "tool_calls": [_extract("s1", query=query)]}
     answered = Answered()
-    results = answered.answer(extract_calls := message["tool_calls"], rb.lookback())
+    results = answered.answer(extract_calls := message["tool_calls"], rb)
     shown = WIRE.hidden_round({}, _round(message), stream=False)[1]
     add_round(
         rb.state, len(msgs), round_entry(message, shown, results, answered.scopes(extract_calls))
@@ -212,7 +214,7 @@ def test_an_extracted_original_is_reclaimed_again_by_the_next_level_1_round() ->
         "tool_calls": [_extract("r1", toolcall_id=reclaimed)],
     }
     answered = Answered()
-    results = answered.answer(message["tool_calls"], rb.lookback())
+    results = answered.answer(message["tool_calls"], rb)
     assert results[0]["content"] == rb.originals[reclaimed]
     add_round(rb.state, len(msgs), round_entry(message, None, results))
     state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
@@ -227,5 +229,31 @@ def test_an_extracted_original_is_reclaimed_again_by_the_next_level_1_round() ->
     answer = next(m for m in sent if m.get("tool_call_id") == "r1")
     assert answer["content"].startswith("[Compacted, ID: xun-extract:r1.")
     # ... and the model can still read it back by that id.
-    again, _ = answer_call(_extract("x", toolcall_id=key), rb.lookback())
+    again, _ = answer_call(_extract("x", toolcall_id=key), lookback_of(rb))
     assert again == rb.originals[reclaimed]
+
+
+def test_a_search_beside_the_clients_own_call_re_derives_after_later_compactions() -> None:
+    """The model searched in the same message as a call of the client's own: the search goes
+    back into that message on later requests, its answer the same bytes although more was
+    cut and reclaimed since."""
+    msgs = _history(6)
+    rb = rebuild(msgs, _summarised(msgs), unmerge=WIRE.unmerge)
+    own = [_call("own1", "read_file", {"path": "x.py"})]
+    extract = [_extract("s2", query="toolliteral")]
+    answered = Answered()
+    results = answered.answer(extract, rb)
+    assert "ToolLiteral1" in results[0]["content"]
+    add_hidden(rb.state, len(msgs), own, extract, results, answered.scopes(extract))
+    state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
+    echo = {"role": "assistant", "content": None, "tool_calls": own}
+    grown = [*msgs, echo, {"role": "tool", "tool_call_id": "own1", "content": "x"}, *_turn(7)]
+    rb = rebuild(grown, state, unmerge=WIRE.unmerge)
+    rb.conversation.compact_toolcall(keep_max=1)
+    rb.conversation.compact(lambda m: "SUMMARY AGAIN", keep_recent=8)
+    apply_compaction(rb)
+    state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
+    later = rebuild([*grown, *_turn(8)], state, unmerge=WIRE.unmerge)
+    assert len(later.state.hidden) == 1
+    assert later.originals[HIDDEN_KEY_PREFIX + "s2"] == results[0]["content"]
+    assert search("toolliteral", searchable(later)).text != results[0]["content"]
