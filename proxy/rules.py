@@ -60,7 +60,8 @@ as context.
 
 <conversation_summary>
 {summary}
-</conversation_summary>"""
+</conversation_summary>
+To find what this summary replaced, call extract_compacted_tool_result with a query."""
 
 PLACEHOLDER_TEMPLATE = (
     "[Compacted, ID: {key}. If this content is still needed, call "

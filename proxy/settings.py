@@ -142,10 +142,11 @@ class Settings(BaseSettings):
     max_retries: int = Field(default=2, ge=0)
     compactor: str | None = None
     max_extract_rounds: int = Field(default=4, ge=0)
-    # When the extract tool joins a session's requests: from its first compaction on
-    # (after_compaction: a session that never compacts costs what it costs direct), or from
-    # the first turn of a session with tools (always).
-    extract_tool: Literal["always", "after_compaction"] = "after_compaction"
+    # When the extract tool joins a session's requests: from the first turn of a session with
+    # tools (always: the tools block never changes, so no compaction rewrites it), or from its
+    # first compaction on (after_compaction: a session that never compacts costs what it costs
+    # direct, and the first compaction rewrites the tools block).
+    extract_tool: Literal["always", "after_compaction"] = "always"
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
     # compactor's defaults (proxy.compaction.economics) apply to models not listed.

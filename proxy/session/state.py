@@ -27,6 +27,7 @@ from proxy.session.hidden_rounds import (
     unmerge_all,
 )
 from proxy.session.history import token_count, tool_results
+from proxy.session.lookback import Lookback
 from proxy.session.savings_record import clean as clean_savings
 from proxy.session.turn_log import TurnLog
 
@@ -69,6 +70,9 @@ class HiddenExtract:
     fingerprint: str | None = None
     digests: list[str] | None = None
     rounds: list[dict[str, Any]] = field(default_factory=list)
+    # Per call, the scope of a search (`proxy.session.lookback.SearchScope`), None for a read;
+    # None when no call searched.
+    scopes: list[Any] | None = None
 
 
 def _hidden(data: Mapping[str, Any]) -> HiddenExtract:
@@ -230,13 +234,15 @@ def add_hidden(
     own_calls: list[dict[str, Any]],
     extract_calls: list[dict[str, Any]],
     results: list[dict[str, Any]],
+    scopes: Sequence[Any] = (),
 ) -> None:
     """Remember extract calls hidden from an assistant message the client will echo back
-    (their answers by digest: a rebuild re-derives them)."""
+    (their answers by digest, with each search's scope: a rebuild re-derives them)."""
     entry = _entry(state, anchor)
     entry.visible_ids = [str(c.get("id")) for c in own_calls]
     entry.calls = extract_calls
     entry.digests = [digest(r.get("content")) for r in results]
+    entry.scopes = list(scopes) if any(s is not None for s in scopes) else None
 
 
 def add_round(state: SessionState, anchor: int, entry: dict[str, Any]) -> None:
@@ -332,30 +338,35 @@ def hidden_by_anchor(
 Resolved = list[dict[str, Any]]
 
 
-def resolve_hidden(
-    h: HiddenExtract, rest: list[dict[str, Any]], originals: dict[str, Any]
-) -> Resolved | None:
-    """What an entry puts back, its answers re-derived from the client's originals (which
-    get them under their keys); None when one no longer gives the recorded answer."""
-    found = dict(originals)
+def resolve_hidden(h: HiddenExtract, rest: list[dict[str, Any]], book: Lookback) -> Resolved | None:
+    """What an entry puts back, its answers re-derived from the client's request (`book`,
+    whose originals get them under their keys); None when one no longer gives the recorded
+    answer."""
+    found = book.fork()
     before: list[dict[str, Any]] = []
     for rnd in h.rounds:
         message = rnd.get("message")
         if not isinstance(message, dict):
             return None
-        answers = rederive(extract_calls(message), rnd.get("digests") or [], found)
-        if answers is None:
-            return None
-        before += [message, *answers]
-    if h.digests is None:  # saved before answers were references: the copies it kept
-        answers = [dict(r) for r in h.results]
-        found.update((result_key(r), r.get("content")) for r in answers)
-    else:
-        got = rederive(h.calls, h.digests, found)
+        scopes = rnd.get("scopes")
+        got = rederive(
+            extract_calls(message),
+            rnd.get("digests") or [],
+            found,
+            scopes if isinstance(scopes, list) else None,
+        )
         if got is None:
             return None
-        answers = got
-    originals.update(found)
+        before += [message, *got]
+    if h.digests is None:  # saved before answers were references: the copies it kept
+        answers = [dict(r) for r in h.results]
+        found.originals.update((result_key(r), r.get("content")) for r in answers)
+    else:
+        again = rederive(h.calls, h.digests, found, h.scopes)
+        if again is None:
+            return None
+        answers = again
+    book.originals.update(found.originals)
     if h.calls and rest:
         rest = [{**rest[0], "tool_calls": [*(rest[0].get("tool_calls") or []), *h.calls]}]
     return [*before, *rest, *answers]
@@ -376,8 +387,9 @@ def hidden_in(
     results = None
     if hidden:
         results = tool_results(messages)
+        book = Lookback(messages, results[1], results[0])
         for anchor in sorted(hidden):
-            got = resolve_hidden(hidden[anchor], left[anchor], results[1])
+            got = resolve_hidden(hidden[anchor], left[anchor], book)
             if got is None:  # an answer that cannot be given again: the round goes
                 del hidden[anchor]
             else:

@@ -29,7 +29,7 @@ from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, la
 from proxy.compaction.windows import known_window, threshold_for
 from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
-from proxy.session.hidden_rounds import answer_messages, round_entry
+from proxy.session.hidden_rounds import Answered, extract_calls, round_entry
 from proxy.session.identity import session_key, tenant_of
 from proxy.session.json_limits import Written, dumps_body
 from proxy.session.rebuild import record_turn
@@ -92,6 +92,7 @@ class Pipeline:
         self.turn.ahead = summary_ahead.TurnAhead.of(app_state)  # written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
+        self.answered = Answered()  # the answers' search scopes, for the rounds' records
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
         self.continuations: list[tuple[Round, list[JSON]]] = []
         # Escalation after context-length refusals: the steps (built at the first refusal),
@@ -347,7 +348,7 @@ class Pipeline:
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
-        return answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
+        return self.answered.answer(calls, self.turn.rb)
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)
@@ -355,8 +356,10 @@ class Pipeline:
     def hide(self, rnd: Round, extract: list[JSON], results: list[JSON]) -> None:
         """Keep extract calls made beside the client's own: later rebuilds re-insert them."""
         own, _ = split_calls(rnd.message.get("tool_calls"))
-        if own and self.turn.rb is not None:
-            add_hidden(self.turn.rb.state, len(self.turn.rb.messages), own, extract, results)
+        rb = self.turn.rb
+        if own and rb is not None:
+            scopes = self.answered.scopes(extract)
+            add_hidden(rb.state, len(rb.messages), own, extract, results, scopes)
 
     # -- non-streaming ------------------------------------------------------------------
     async def complete(self) -> Response:
@@ -432,7 +435,8 @@ class Pipeline:
             rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
             for rnd, results in self.continuations:  # later requests carry them again
                 message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
-                add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
+                scopes = self.answered.scopes(extract_calls(rnd.message))
+                add_round(rb.state, len(rb.messages), round_entry(message, shown, results, scopes))
             needed = self.first_prompt or usage is not None
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)

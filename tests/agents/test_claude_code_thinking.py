@@ -73,10 +73,10 @@ def direct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeMessages]:
 # Claude Code's own prompt is about 19k tokens here: thresholds 3k to 15k above it compact
 # every few turns, placeholders and a summary; each is set so that the run does not end on a
 # compaction (which leaves no thinking before it valid, by the rule itself). The hidden
-# rounds, kept in place, make those runs larger. With the default strategy the first
-# compaction also adds the extract tool, rewriting that 19k-token prefix: it waits until a
-# summary pays for that (about 44k tokens, whatever the threshold), and placeholders come at
-# the next compactions, so its threshold is nearer the prompt.
+# rounds, kept in place, make those runs larger. With `extract_tool: after_compaction` (set
+# here) the first compaction also adds the extract tool, rewriting that 19k-token prefix: it
+# waits until a summary pays for that (about 44k tokens, whatever the threshold), and
+# placeholders come at the next compactions, so its threshold is nearer the prompt.
 THRESHOLDS = {(None, False): 22_000, ("seed", False): 32_000, (None, True): 22_000}
 THRESHOLDS[("seed", True)] = 34_000
 
@@ -86,7 +86,12 @@ def proxy_run(
 ) -> tuple[ClaudeRun, FakeMessages, ThinkingModel]:
     paths = write_files(tmp_path / "work", FILES, LINES)
     threshold = THRESHOLDS[(compactor, extracts > 0)]
-    settings: dict[str, object] = {"compactor": compactor, "token_threshold": threshold}
+    # The thresholds below were set for the tool joining with the first compaction.
+    settings: dict[str, object] = {
+        "compactor": compactor,
+        "token_threshold": threshold,
+        "extract_tool": "after_compaction",
+    }
     if compactor == "seed":
         settings |= {"toolcall_keep_max": 4, "summary_keep_max": 8}
     with FakeMessages() as fake:

@@ -275,17 +275,16 @@ def test_the_client_tools_arrive_unchanged(direct: Recorded, proxied: Recorded) 
 
 
 def test_the_extract_tool_is_added_in_the_responses_shape(proxied: Recorded) -> None:
-    # By default (extract_tool: after_compaction) it joins with the first compaction and
-    # stays, last.
+    # By default (extract_tool: always) it is in every request, last, from the first on.
     offered = [EXTRACT_TOOL_NAME in str(r.json["tools"]) for r in proxied.model_requests()]
-    assert True in offered and False not in offered[offered.index(True) :], offered
-    for record in proxied.model_requests()[offered.index(True) :]:
+    assert offered and False not in offered, offered
+    for record in proxied.model_requests():
         extract = record.json["tools"][-1]
         assert extract["type"] == "function"
         assert extract["name"] == EXTRACT_TOOL_NAME
         assert "function" not in extract  # the Responses shape, not Chat Completions'
-        assert extract["parameters"]["properties"] == {"toolcall_id": {"type": "string"}}
-        assert "strict" not in extract  # OpenAI makes the closable schema strict itself
+        assert list(extract["parameters"]["properties"]) == ["toolcall_id", "offset", "query"]
+        assert extract["strict"] is False  # else OpenAI would require every parameter
 
 
 def test_a_summary_reaches_later_requests(summarised: Recorded) -> None:

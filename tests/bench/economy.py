@@ -27,6 +27,11 @@ those writes, as Anthropic (1.25x, 2x for its 1-hour cache) and GPT-5.6 on (1.25
 After each trajectory the client sends one extra probe request (not counted): the upstream
 asks, through the proxy's extract tool, for every tool result it ever saw as a placeholder,
 and checks each answer equals the original.
+
+Repeat runs give the same figures: before each turn the client waits until the proxy has no
+request, save or summary written ahead in flight (`POST /bench/settle`, `tests.bench.clocked`,
+which also reads a summary's time on the replay's clock). Before, a turn sent at once raced
+the previous turn's bookkeeping, and one run's totals could differ from the next one's.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from proxy.session.extract_tool import EXTRACT_TOOL_NAME, content_text
 from proxy.session.history import reclaim_keys
 from proxy.session.tool_output import EMPTY_OUTPUT
 from tests.bench import local_summary, peers
+from tests.bench.clocked import SETTLE
 from tests.bench.common import (
     Child,
     git_commit,
@@ -89,6 +95,7 @@ class Config:
     compactor: str | None = None
     url: str = ""
     error: str | None = None
+    settle: bool = True  # wait before each turn until the proxy has nothing in flight
 
 
 class ReplayUpstream:
@@ -327,13 +334,24 @@ async def replay(
             clock = TurnClock(traj, ti, pause, *breaks)
             for k, (history, _) in enumerate(turns(traj)):
                 now = clock.at(len(history))
+                await settle(client, cfg)
                 await send(
                     client, url, cfg, ti, str(k), history, traj.tools, session, client_log, now
                 )
             if cfg.kind == "xun" and history:
+                await settle(client, cfg)
                 await send(client, url, cfg, ti, "probe", history, traj.tools, session, client_log)
             if ti % 25 == 0 or len(traj.messages) > 80:
                 print(f"  {cfg.name}: {ti + 1}/{len(trajectories)} {traj.name}", flush=True)
+
+
+async def settle(client: httpx.AsyncClient, cfg: Config) -> None:
+    """Wait until the proxy has nothing in flight (`tests.bench.clocked`): a turn's save and
+    the summary it starts ahead run after its answer is out, and the next turn must not race
+    them, or the same run gives other figures."""
+    if cfg.kind == "xun" and cfg.settle:
+        resp = await client.post(cfg.url + SETTLE)
+        resp.raise_for_status()
 
 
 async def send(

@@ -27,9 +27,13 @@ def call(arguments: Any) -> dict[str, Any]:
 ORIGINALS = {"call_1": "original text", "call_1#2": [{"type": "text", "text": "second"}]}
 
 
-def test_definition_has_one_string_parameter() -> None:
+def test_definition_reads_by_id_with_an_offset_or_searches() -> None:
     params = TOOL_DEFINITION["function"]["parameters"]
-    assert params["properties"] == {"toolcall_id": {"type": "string"}}
+    assert params["properties"] == {
+        "toolcall_id": {"type": "string"},
+        "offset": {"type": "integer"},
+        "query": {"type": "string"},
+    }
 
 
 def test_inject_appends_last_and_keeps_client_tools() -> None:
@@ -62,6 +66,21 @@ def test_answers_by_key(arguments: Any, expected: str) -> None:
 @pytest.mark.parametrize(
     "arguments",
     [
+        '{"toolcall_id": "call_1", "query": "", "offset": 0}',
+        '{"toolcall_id": "call_1", "query": "", "offset": null}',
+    ],
+)
+def test_a_parameter_sent_empty_counts_as_not_given(arguments: str) -> None:
+    """A schema the API made strict has the model fill every parameter."""
+    assert answer(call(arguments), ORIGINALS) == "original text"
+    assert answer(call('{"toolcall_id": "", "query": "x", "offset": 0}'), ORIGINALS).startswith(
+        "No match for 'x'"
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
         '{"toolcall_id": "nope"}',
         '{"toolcall_id": "../../etc/passwd"}',
         '{"toolcall_id": "' + "A" * 10000 + '"}',
@@ -70,6 +89,14 @@ def test_answers_by_key(arguments: Any, expected: str) -> None:
         "not json",
         "[]",
         None,
+        "{}",  # neither a toolcall_id nor a query
+        '{"toolcall_id": "call_1", "query": "text"}',  # both
+        '{"query": ""}',
+        '{"query": 7}',
+        '{"query": "' + "q" * 600 + '"}',
+        '{"toolcall_id": "call_1", "offset": -1}',
+        '{"toolcall_id": "call_1", "offset": "20"}',
+        '{"toolcall_id": "call_1", "offset": 99}',  # past the end
     ],
 )
 def test_unknown_or_hostile_ids_get_a_bounded_error(arguments: Any) -> None:

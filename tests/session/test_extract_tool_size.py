@@ -1,5 +1,7 @@
-"""The extract tool is sent with every request that carries it, so its definition is kept to
-at most 40 tokens (tiktoken's o200k_base) over the exact JSON each wire puts upstream."""
+"""The extract tool is sent with every request that carries it (by default every request of a
+session with tools), so its definition is kept to at most 60 tokens (tiktoken's o200k_base)
+over the exact JSON each wire puts upstream; and the summary's last line, which points the
+model at its search, to at most 30."""
 
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.session.extract_tool import TOOL_DEFINITION, inject
+from proxy.rules import format_compacted_summary
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION, inject
 from proxy.wire.messages.bodies import inject_tool as messages_inject
 from proxy.wire.responses.tool import inject_tool as responses_inject
 from tests.bench.tokens import load_encoder
 
-MAX_TOKENS = 40
+MAX_TOKENS = 60
+MAX_SUMMARY_LINE_TOKENS = 30
 CLIENT_TOOL = {"type": "function", "function": {"name": "read_file", "parameters": {}}}
 
 
@@ -31,7 +35,7 @@ def count() -> Any:
     "wire, inject_fn",
     [("chat", inject), ("responses", responses_inject), ("messages", messages_inject)],
 )
-def test_the_definition_each_wire_sends_is_at_most_40_tokens(
+def test_the_definition_each_wire_sends_is_at_most_60_tokens(
     count: Any, wire: str, inject_fn: Any
 ) -> None:
     sent = inject_fn([CLIENT_TOOL])
@@ -44,8 +48,17 @@ def test_the_definition_each_wire_sends_is_at_most_40_tokens(
     assert "extract_compacted_tool_result" in orjson.dumps(ours).decode()
 
 
-def test_the_definition_still_names_its_parameter_and_says_what_comes_back() -> None:
+def test_the_definition_names_its_parameters_and_says_when_to_call_it() -> None:
     fn = TOOL_DEFINITION["function"]
-    assert fn["parameters"]["properties"] == {"toolcall_id": {"type": "string"}}
+    assert list(fn["parameters"]["properties"]) == ["toolcall_id", "offset", "query"]
     assert fn["parameters"]["type"] == "object"
-    assert "original" in fn["description"].lower()
+    description = fn["description"].lower()
+    assert "compacted id" in description and "search" in description
+
+
+def test_the_summarys_last_line_points_at_the_search_in_at_most_30_tokens(count: Any) -> None:
+    rendered = format_compacted_summary("## overview\nwork so far")
+    last = rendered.splitlines()[-1]
+    assert EXTRACT_TOOL_NAME in last and "query" in last
+    assert count(last) <= MAX_SUMMARY_LINE_TOKENS, (count(last), last)
+    assert rendered.splitlines()[-2] == "</conversation_summary>"  # after the data fence

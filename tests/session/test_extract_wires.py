@@ -32,7 +32,7 @@ from tests.support.fake_upstream import FakeUpstream, Reply
 from tests.support.servers import UvicornThread
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()
-BIG = "line of a long tool output\n" * 1500  # about 10k tokens: over the threshold
+BIG = "line of a long tool output\n" * 700  # about 4.7k tokens: over the threshold, one page
 SETTINGS = {"token_threshold": 4000, "toolcall_keep_max": 1, "compactor": "seed"}
 PLACEHOLDER = "[Compacted, ID: "
 # A client's own tool of the proxy's tool's name (e.g. another proxy in front of this one).
@@ -99,6 +99,7 @@ def chat_run(
     headers: dict[str, str],
     tools: list[dict[str, Any]],
     stream: bool = False,
+    history: list[dict[str, Any]] | None = None,
     **overrides: Any,
 ) -> Any:
     settings = proxy_settings(fake, store_url="memory://", **{**SETTINGS, **overrides})
@@ -108,7 +109,8 @@ def chat_run(
             base_url=px.url + "/v1", api_key="sk-a", max_retries=0, default_headers=headers
         ) as client,
     ):
-        args: dict[str, Any] = {"model": "gpt-4o", "messages": chat_history(), "tools": tools}
+        messages = chat_history() if history is None else history
+        args: dict[str, Any] = {"model": "gpt-4o", "messages": messages, "tools": tools}
         if not stream:
             return client.chat.completions.create(**args)
         # The stream read into the completion it stands for.
@@ -197,17 +199,25 @@ def messages_history() -> list[dict[str, Any]]:
 
 
 def messages_run(
-    headers: dict[str, str], tools: list[dict[str, Any]], *turns: Any, stream: bool = False
+    headers: dict[str, str],
+    tools: list[dict[str, Any]],
+    *turns: Any,
+    stream: bool = False,
+    history: list[dict[str, Any]] | None = None,
+    policy: Any = None,
+    **overrides: Any,
 ) -> Any:
     with FakeMessages() as fake:
-        fake.policy = lambda body: (
-            MessagesTurn.text("## overview\nsummary")
-            if "summar" in _text(body.get("messages", [])[-1:]).lower()
-            and not any(t.get("name") == "read" for t in body.get("tools") or [])
-            else turns[0]
+        fake.policy = policy or (
+            lambda body: (
+                MessagesTurn.text("## overview\nsummary")
+                if "summar" in _text(body.get("messages", [])[-1:]).lower()
+                and not any(t.get("name") == "read" for t in body.get("tools") or [])
+                else turns[0]
+            )
         )
         fake.push_turns(*turns)
-        settings = messages_settings(fake, store_url="memory://", **SETTINGS)
+        settings = messages_settings(fake, store_url="memory://", **{**SETTINGS, **overrides})
         with (
             UvicornThread(create_app(settings)) as px,
             anthropic.Anthropic(
@@ -217,7 +227,7 @@ def messages_run(
             args: dict[str, Any] = {
                 "model": "claude-opus-4-8",
                 "max_tokens": 1000,
-                "messages": messages_history(),
+                "messages": messages_history() if history is None else history,
                 "tools": tools,
             }
             if stream:
@@ -298,22 +308,29 @@ def responses_input() -> list[dict[str, Any]]:
 
 
 def responses_run(
-    headers: dict[str, str], tools: list[dict[str, Any]], *turns: Any, stream: bool = False
+    headers: dict[str, str],
+    tools: list[dict[str, Any]],
+    *turns: Any,
+    stream: bool = False,
+    history: list[dict[str, Any]] | None = None,
+    policy: Any = None,
+    **overrides: Any,
 ) -> Any:
-    def policy(request: ResponsesRequest) -> ResponsesTurn:
+    def summary(request: ResponsesRequest) -> ResponsesTurn:
         return ResponsesTurn(text="## overview\nsummary")
 
     with FakeResponses() as fake:
-        fake.policy = policy
+        fake.policy = policy or summary
         fake.push_turns(*turns)
-        settings = proxy_settings(fake, store_url="memory://", **SETTINGS)
+        settings = proxy_settings(fake, store_url="memory://", **{**SETTINGS, **overrides})
         with (
             UvicornThread(create_app(settings)) as px,
             openai.OpenAI(
                 base_url=px.url + "/v1", api_key="sk-a", max_retries=0, default_headers=headers
             ) as client,
         ):
-            args: dict[str, Any] = {"model": "gpt-5", "input": responses_input(), "tools": tools}
+            items = responses_input() if history is None else history
+            args: dict[str, Any] = {"model": "gpt-5", "input": items, "tools": tools}
             if stream:
                 events = list(client.responses.create(**args, stream=True))
                 response = next(e.response for e in events if e.type == "response.completed")

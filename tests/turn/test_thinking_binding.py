@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import orjson
 import pytest
 
 from proxy.server.app import create_app
+from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.support.claude_checks import (
     Checks,
     blocks,
@@ -370,3 +372,36 @@ def test_the_append_only_run_holds_with_bound_thinking(
     requests, and no request is refused."""
     monkeypatch.setattr(test_append_only, "MODEL", MODEL)
     test_append_only.test_messages_requests_are_append_only(stream, compactor)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_with_the_tool_always_there_thinking_before_the_first_change_survives_it(
+    stream: bool,
+) -> None:
+    """`extract_tool: always` (the default): the proxy's tool is in the tools block from the
+    first request on, so every compaction (placeholders, then a summary) leaves that block
+    byte for byte as it was, and the thinking written before the first message a compaction
+    rewrote keeps its prefix: the model still reads it (with the tool added at the first
+    compaction, the tools block changed there and took every earlier block with it)."""
+    settings = {"compactor": "seed", "token_threshold": 16_000, "extract_tool": "always"}
+    settings |= {"toolcall_keep_max": 4, "summary_keep_max": 8}
+    fake, _, _ = sdk_run(PATHS, stream=stream, proxy=settings, extracts=0)
+    loop = main_requests(fake, tool="read_file")
+    assert fake.refused == []
+    tools = {orjson.dumps(body["tools"]) for body in loop}
+    assert len(tools) == 1, "the tools block changed"
+    assert loop[0]["tools"][-1]["name"] == EXTRACT_TOOL_NAME
+    assert any("Last file read:" in "\n".join(system_texts(body)) for body in loop)
+    first = next(n for n, body in enumerate(loop) if any(map(is_placeholder, tool_results(body))))
+    body = loop[first]
+    cut = next(
+        n
+        for n, message in enumerate(body["messages"])
+        if any(is_placeholder(r) for r in tool_results({"messages": [message]}))
+    )
+    written = [
+        b["thinking"] for b in blocks({"messages": body["messages"][:cut]}, "assistant", "thinking")
+    ]
+    valid = {b["thinking"] for b in blocks(check_body(fake, body), "assistant", "thinking")}
+    assert written, "no thinking before the first placeholder"
+    assert set(written) <= valid, "thinking written before the first change was lost"

@@ -12,14 +12,16 @@ from proxy.session.extract_tool import EXTRACT_TOOL_NAME, TOOL_DEFINITION
 
 _FUNCTION: dict[str, Any] = TOOL_DEFINITION["function"]
 
-# No `strict`, `required` or `additionalProperties` (12 tokens on every request): with `strict`
-# left out, OpenAI's Responses API turns a schema that can be made strict into a strict one
-# itself (its one property then required), and other servers read the plain schema.
+# `strict: false` and no `required` or `additionalProperties`: with `strict` left out, OpenAI's
+# Responses API turns a schema that can be made strict into a strict one itself, every property
+# then required, where the tool takes exactly one of `toolcall_id` and `query` (a call that
+# sends the other as "" is read as without it, `proxy.session.extract_tool.answer_call`).
 EXTRACT_TOOL: dict[str, Any] = {
     "type": "function",
     "name": EXTRACT_TOOL_NAME,
     "description": _FUNCTION["description"],
     "parameters": copy.deepcopy(_FUNCTION["parameters"]),
+    "strict": False,
 }
 
 

@@ -40,7 +40,7 @@ def script(fake_upstream: FakeUpstream) -> ModelScript:
     return s
 
 
-@pytest.mark.parametrize("extract_tool", [None, "always"])
+@pytest.mark.parametrize("extract_tool", [None, "after_compaction"])
 def test_below_threshold_is_untouched(
     fake_upstream: FakeUpstream,
     make_proxy: Any,
@@ -54,9 +54,9 @@ def test_below_threshold_is_untouched(
     agent.run(4)
     sent = model_requests(fake_upstream.chat_requests)
     assert len(sent) == 4
-    # By default (after_compaction) the tools are the client's own until a compaction; with
-    # `always` ours is in them from the first turn on, last, so the tool list never changes.
-    tools = ["read_file", "extract_compacted_tool_result"] if extract_tool else ["read_file"]
+    # By default (always) ours is in the tools from the first turn on, last, so the tool list
+    # never changes; with `after_compaction` they are the client's own until a compaction.
+    tools = ["read_file"] if extract_tool else ["read_file", "extract_compacted_tool_result"]
     for request, n in zip(sent, (2, 4, 6, 8), strict=True):
         # Exactly the client's history (the SDK dump with its null fields included).
         assert request.json["messages"] == agent.messages[:n]
@@ -68,7 +68,7 @@ def test_below_threshold_is_untouched(
 def test_the_extract_tool_can_wait_for_the_first_compaction(
     fake_upstream: FakeUpstream, make_proxy: Any, script: ModelScript, client_for: Any
 ) -> None:
-    proxy = make_proxy(token_threshold=8000)  # the default: extract_tool after_compaction
+    proxy = make_proxy(token_threshold=8000, extract_tool="after_compaction")
     agent = Agent(client_for(proxy), output_size=2000)
     while agent.responses == [] or agent.responses[-1].headers["x-xun-compaction"] == "none":
         agent.step()

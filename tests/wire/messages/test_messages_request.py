@@ -64,8 +64,11 @@ def test_the_extract_tool_has_anthropics_shape_and_the_shared_description() -> N
     assert EXTRACT_TOOL["name"] == "extract_compacted_tool_result"
     assert EXTRACT_TOOL["description"] == TOOL_DEFINITION["function"]["description"]
     schema = EXTRACT_TOOL["input_schema"]
-    assert schema["type"] == "object" and set(schema["properties"]) == {"toolcall_id"}
+    assert schema["type"] == "object"
+    assert set(schema["properties"]) == {"toolcall_id", "offset", "query"}
     assert schema["properties"]["toolcall_id"]["type"] == "string"
+    assert schema["properties"]["offset"]["type"] == "integer"
+    assert schema["properties"]["query"]["type"] == "string"
 
 
 @pytest.mark.parametrize("tools", [None, [], CLIENT_TOOLS, "junk"])

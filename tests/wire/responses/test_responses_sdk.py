@@ -170,11 +170,8 @@ def _check_upstream(fake: FakeResponses, client_tools: list[dict[str, Any]]) -> 
     for record in _model_requests(fake):
         tools = record.json["tools"]
         extract = tools[-1]
-        if extract.get("name") != EXTRACT_TOOL_NAME:
-            # The default (extract_tool: after_compaction): the client's tools until the
-            # first compaction, ours last from then on.
-            assert not offered and tools == client_tools, "the proxy's tool went away"
-            continue
+        # The default (extract_tool: always): ours last in every request, from the first on.
+        assert extract.get("name") == EXTRACT_TOOL_NAME, "the proxy's tool is missing"
         offered = True
         assert extract["type"] == "function" and "function" not in extract  # Responses shape
         assert tools[:-1] == client_tools
