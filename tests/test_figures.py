@@ -44,9 +44,10 @@ def test_every_generated_block_is_the_results_files(path: Path) -> None:
         )
 
 
-def copy_sources(into: Path) -> Path:
-    for name in headline.SOURCES.values():
-        shutil.copy(headline.RESULTS / f"{name}.json", into / f"{name}.json")
+def copy_sources(into: Path, *, coverage: bool = True) -> Path:
+    for key, name in headline.SOURCES.items():
+        if coverage or key != "coverage":
+            shutil.copy(headline.RESULTS / f"{name}.json", into / f"{name}.json")
     return into
 
 
@@ -73,19 +74,21 @@ def test_each_row_names_its_run(tmp_path: Path) -> None:
 
 
 def test_the_coverage_row_appears_only_with_a_coverage_file(tmp_path: Path) -> None:
-    results = copy_sources(tmp_path)
+    results = copy_sources(tmp_path, coverage=False)
     assert "coverage" not in headline.render(results).lower()
     machine = {"cpu": "AMD EPYC", "nproc": 2, "date": "2026-12-06 04:00:00 UTC"}
     counts = {"visible": 920, "one_read": 50, "one_search": 25, "unreachable": 5}
     data = {"machine": machine, "commit": "abc1234", "totals": counts, "per_trajectory": []}
-    (results / "coverage.json").write_text(json.dumps(data))
+    (results / "coverage.json").write_text(json.dumps(data))  # not the file the headline names
+    assert "coverage" not in headline.render(results).lower()
+    (results / f"{headline.SOURCES['coverage']}.json").write_text(json.dumps(data))
     (row,) = (line for line in headline.render(results).splitlines() if "coverage" in line.lower())
     expected = (
         "visible 92.0 % / one read away 5.0 % / one search away 2.5 % / unreachable 0.5 %"
         " of 1,000 literals"
     )
     assert expected in row
-    assert "`coverage.json`: 2026-12-06, abc1234" in row
+    assert f"`{headline.SOURCES['coverage']}.json`: 2026-12-06, abc1234" in row
 
 
 def test_coverage_given_as_shares_reads_as_percentages() -> None:
