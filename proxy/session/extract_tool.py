@@ -121,6 +121,19 @@ def _shown(value: str) -> str:
     return clean + ("..." if len(value) > 80 else "")
 
 
+def call_kind(call: Mapping[str, Any]) -> str:
+    """What an extract call asks: "read" (a `toolcall_id`), "search" (a `query`), or "invalid"
+    (neither, both, or arguments that are not a JSON object), as `answer_call` reads it."""
+    fn = call.get("function")
+    args = _arguments(fn.get("arguments") if isinstance(fn, dict) else None)
+    if args is None:
+        return "invalid"
+    requested, query = _given(_requested_id(args)), _given(args.get("query"))
+    if (requested is None) == (query is None):
+        return "invalid"
+    return "read" if query is None else "search"
+
+
 def answer_call(
     call: Mapping[str, Any], book: Lookback, scope: SearchScope | None = None
 ) -> tuple[Any, SearchScope | None]:

@@ -68,7 +68,8 @@ def test_thirty_tool_turns_saved_what_the_bills_say(
     direct = sum(count_prompt_tokens(body) for body in agent.sent)
     expected = direct - billed
     assert any(is_summary_request(body) for body in upstream)  # summaries were paid for
-    assert expected > 0.3 * direct  # the session did compact
+    # The session did compact (the proxy's tool, in every request, costs about 1 % of direct).
+    assert expected > 0.25 * direct
 
     with httpx.Client(base_url=proxy.url) as http:
         report = http.get("/admin/savings").json()

@@ -55,7 +55,14 @@ def test_a_session_paused_past_the_cache_lifetime_compacts_where_a_warm_one_wait
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, openai_client: OpenAIClientFactory
 ) -> None:
     fake_upstream.default = CachingModel()
-    proxy = make_proxy(admin_key=ADMIN_KEY, compactor="cache-aware", token_threshold=THRESHOLD)
+    # The tool joins with the first compaction, whose rewrite of the tools block makes a warm
+    # session wait (with `always`, the default, the block never changes: it compacts sooner).
+    proxy = make_proxy(
+        admin_key=ADMIN_KEY,
+        compactor="cache-aware",
+        token_threshold=THRESHOLD,
+        extract_tool="after_compaction",
+    )
     clock = Clock()
     proxy.app.state.clock = clock
     agents = {}

@@ -18,11 +18,15 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 from proxy.server.app import create_app
+from proxy.session.extract_tool import TOOL_DEFINITION
 from proxy.store.memory import MemoryStore
 from proxy.turn.shadow_turn import STAND_IN_HEAD
+from proxy.wire.messages.bodies import EXTRACT_TOOL as MESSAGES_EXTRACT
+from proxy.wire.responses.tool import EXTRACT_TOOL as RESPONSES_TOOL
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.support.agent import SYSTEM, TOOLS, tool_output
 from tests.support.claude_checks import messages_settings
@@ -66,7 +70,9 @@ def shadow_turns(proxy_url: str, session: str) -> list[dict[str, Any]]:
     return turns
 
 
-def check_projection(turns: list[dict[str, Any]], compactions: list[str]) -> None:
+def check_projection(turns: list[dict[str, Any]], compactions: list[str], tool: Any) -> None:
+    """`tool`: the wire's shape of the proxy's extract tool, which the proxy would have added
+    to the client's tools from the first request on (extract_tool: always)."""
     assert len(turns) >= TURNS
     assert all(t["shadow"] is True for t in turns)
     assert all(isinstance(t["projected_prompt_tokens"], int) for t in turns)
@@ -75,9 +81,11 @@ def check_projection(turns: list[dict[str, Any]], compactions: list[str]) -> Non
     assert last["prompt_tokens"] > 0  # the usage of the client's own request, as billed
     saved = last["prompt_tokens"] - last["projected_prompt_tokens"]
     assert saved > 0, last
-    # Before the threshold, nothing would have changed: the projection is the bill, near enough.
+    # Before the threshold, nothing would have changed but the proxy's tool: the projection is
+    # the bill and the tool's definition (as the proxy estimates it), near enough.
     first = turns[0]
-    assert abs(first["projected_prompt_tokens"] - first["prompt_tokens"]) <= (
+    added = len(orjson.dumps(tool)) // 4
+    assert abs(first["projected_prompt_tokens"] - added - first["prompt_tokens"]) <= (
         first["prompt_tokens"] * 0.05 + 8
     )
 
@@ -154,7 +162,7 @@ def test_chat_completions_shadow(
     proxy.settle()
     check_identical(sent, fake_upstream.requests)
     turns = shadow_turns(proxy.url, only_session(proxy.url))
-    check_projection(turns, compactions)
+    check_projection(turns, compactions, TOOL_DEFINITION)
     metrics = httpx.get(f"{proxy.url}/metrics", timeout=10).text
     assert 'level="toolcall",outcome="success",trigger="shadow",wire="chat"' in metrics
     assert 'trigger="auto"' not in metrics  # projected, never counted as done
@@ -259,7 +267,8 @@ def test_responses_shadow(
                     )
         proxy.settle()
         check_identical(sent, fake.requests)
-        check_projection(shadow_turns(proxy.url, only_session(proxy.url)), compactions)
+        turns = shadow_turns(proxy.url, only_session(proxy.url))
+        check_projection(turns, compactions, RESPONSES_TOOL)
 
 
 # -- Anthropic Messages --------------------------------------------------------------------
@@ -325,7 +334,8 @@ def test_messages_shadow(stream: bool) -> None:
                 messages.append({"role": "user", "content": results})
             proxy.settle()
             check_identical(sent, fake.requests)
-            check_projection(shadow_turns(proxy.url, only_session(proxy.url)), seen)
+            turns = shadow_turns(proxy.url, only_session(proxy.url))
+            check_projection(turns, seen, MESSAGES_EXTRACT)
 
 
 def test_a_shadow_summary_is_a_stand_in_never_asked_upstream(

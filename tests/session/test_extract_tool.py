@@ -10,6 +10,7 @@ from proxy.session.extract_tool import (
     EXTRACT_TOOL_NAME,
     TOOL_DEFINITION,
     answer,
+    call_kind,
     client_defines_tool,
     inject,
     split_calls,
@@ -104,3 +105,19 @@ def test_unknown_or_hostile_ids_get_a_bounded_error(arguments: Any) -> None:
     assert text.startswith("[Error]")
     assert len(text) < 400
     assert all(ch.isprintable() for ch in text)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kind"),
+    [
+        ('{"toolcall_id": "call_1"}', "read"),
+        ('{"toolcall_id": "call_1", "offset": 20000}', "read"),
+        ('{"query": "needle"}', "search"),
+        ('{"toolcall_id": "", "query": "needle"}', "search"),
+        ('{"toolcall_id": "call_1", "query": "needle"}', "invalid"),
+        ("{}", "invalid"),
+        ("not json", "invalid"),
+    ],
+)
+def test_call_kind_says_what_a_call_asks(arguments: str, kind: str) -> None:
+    assert call_kind(call(arguments)) == kind
