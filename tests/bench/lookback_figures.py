@@ -206,3 +206,52 @@ def print_tables(run: dict[str, Any]) -> None:
             for k, v in checks.items()
         )
         print(f"targets, {name}: {shown}")
+
+
+def report_block(run: dict[str, Any]) -> str:
+    """The lab notes' tables of a `tests.bench.lookback` results file: coverage per trajectory
+    (Chat Completions; the other wires' totals after it), the targets, and the cost of looking
+    back, as `python -m tests.bench.report` writes them into docs/bench/lookback.md."""
+    detail = run["wires_detail"]
+    chat = detail["chat"]
+    rows = coverage_rows(chat["per_trajectory"], chat["total"], "plain")
+    rows[-1][0] = "**total, chat**"
+    for wire in ("responses", "messages"):
+        if wire in detail:
+            c = detail[wire]["total"]["coverage_plain"]
+            p = c["pct"]
+            rows.append([f"**total, {wire}**", c["literals"], *(p[k] for k in coverage.CATEGORIES)])
+    c = run["all_wires"]["coverage_plain"]
+    rows.append(
+        ["**total, three wires**", c["literals"], *(c["pct"][k] for k in coverage.CATEGORIES)]
+    )
+    out = [
+        f"Run: {run['machine'].get('date', '?')}, commit {run.get('commit', '?')}, "
+        f"threshold {run.get('threshold')}, {run.get('trajectories')} trajectories "
+        "that compact.",
+        "",
+        "**Coverage, the model that never looks back** (Chat Completions per trajectory)",
+        "",
+        table(COVERAGE_HEADS, rows),
+        "",
+        "**Targets**",
+        "",
+    ]
+    checks = []
+    for model, group in run["targets"].items():
+        if not isinstance(group, dict) or "target" in group:
+            continue
+        for name, t in group.items():
+            checks.append([f"{model}: {name}", f">= {t['target']}", t["got"], t["holds"]])
+    added = run["targets"].get("look_back_added_billed_pct")
+    if isinstance(added, dict):
+        checks.append(
+            ["look-back: added billed %", f"<= {added['target']}", added["got"], added["holds"]]
+        )
+    out += [table(["target", "wanted", "measured", "holds"], checks), ""]
+    out += [
+        "**What looking back costs** (Chat Completions; billed = prompt + summary tokens)",
+        "",
+        table(COST_HEADS, cost_rows(chat["per_trajectory"], chat["total"])),
+    ]
+    return "\n".join(out)

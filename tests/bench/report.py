@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tests.bench import field_phases, headline
+from tests.bench import field_phases, headline, lookback_figures
 from tests.bench.cache_writes import block as cache_writes_block
 from tests.bench.common import ROOT, read_result, table
 from tests.bench.trail import report_block as trail_block
@@ -648,6 +648,7 @@ BLOCKS = {
     "trail": trail_block,
     "wires": wires_block,
     "field": lambda: field_phases.report_block(read_result("field")),
+    "lookback": lambda: lookback_figures.report_block(read_result("lookback-32k")),
 }
 
 
