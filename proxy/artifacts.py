@@ -160,8 +160,8 @@ def _unquoted(text: str) -> str:
             if end < 0:
                 single_open = len(text)
         else:
-            body = _DOUBLE_QUOTED_BODY.match(text, quote + 1)
-            stop = body.end() if body is not None and quote >= double_open else -1
+            body = _DOUBLE_QUOTED_BODY.match(text, quote + 1) if quote >= double_open else None
+            stop = -1 if body is None else body.end()
             end = stop if 0 <= stop < len(text) and text[stop] == '"' else -1
             if end < 0:
                 double_open = max(double_open, stop)

@@ -24,6 +24,7 @@ import pytest
 
 from proxy import artifacts
 from proxy.artifacts import (
+    _unquoted,
     call_paths,
     command_paths,
     entries_of,
@@ -169,6 +170,8 @@ SCANS: dict[str, Callable[[int], Callable[[], object]]] = {
     "error_line_of_spaced_result": lambda n: lambda: error_line(spaced(n)),
     "word_with_no_scheme_end": lambda n: lambda: text_paths("a" * n),
     "escaped_quotes_never_closed": lambda n: lambda: command_paths('grep "' + '\\"' * (n // 2)),
+    # The same, under the 16 KiB a command is read up to: the quote remover alone.
+    "escaped_quotes_unbounded": lambda n: lambda: _unquoted('grep "' + '\\"' * (n // 2)),
     "call_arguments": lambda n: lambda: call_paths("Task", json.dumps({"prompt": "a" * n})),
     "span_of_spaced_results": lambda n: (
         lambda: entries_of(span_of([spaced(2000) + str(i) for i in range(n // 2000)]))
