@@ -33,6 +33,7 @@ from proxy.artifacts import (
     text_paths,
 )
 from proxy.server.app import create_app
+from proxy.wire.refusal import missing_tokens, window_of
 from tests.conftest import proxy_settings
 from tests.core.test_trail_wires import as_items, as_messages
 from tests.support.fake_upstream import FakeUpstream
@@ -173,6 +174,11 @@ SCANS: dict[str, Callable[[int], Callable[[], object]]] = {
     # The same, under the 16 KiB a command is read up to: the quote remover alone.
     "escaped_quotes_unbounded": lambda n: lambda: _unquoted('grep "' + '\\"' * (n // 2)),
     "call_arguments": lambda n: lambda: call_paths("Task", json.dumps({"prompt": "a" * n})),
+    # An upstream's length refusal may quote the request: a run of digits backtracked there.
+    "refusal_of_digits": lambda n: lambda: missing_tokens({"error": {"message": "1" * n}}),
+    "refusal_of_token_counts": lambda n: (
+        lambda: window_of({"error": {"message": "9 tokens " * (n // 9)}})
+    ),
     "span_of_spaced_results": lambda n: (
         lambda: entries_of(span_of([spaced(2000) + str(i) for i in range(n // 2000)]))
     ),
