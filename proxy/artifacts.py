@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from proxy.content_text import TEXT_ONLY, text_of
+from proxy.content_text import TEXT_ONLY, error_line, exit_status, one_line, text_of, window
 
 __all__ = [
     "call_paths",
@@ -42,6 +42,11 @@ __all__ = [
 MAX_TEXT = 200  # characters of one error or constraint line
 MAX_COMMAND = 120
 MAX_PATH = 300
+# Bounds on client content read: a command, free text or a user message up to SCAN_CHARS; a
+# result's two ends (`content_text.window`); a span's newest messages within SPAN_SCAN_CHARS.
+SCAN_CHARS = 16 * 1024
+SPAN_SCAN_CHARS = 1024 * 1024
+MESSAGE_CHARS = 64
 
 Entry = dict[str, Any]
 
@@ -63,13 +68,15 @@ _EXTENSIONS = (
     "|xml|html|css|scss|csv|tsv|log|ipynb|pony|proto|gradle|mk|cmake|patch|diff"
 )
 _EXTENSION = re.compile(rf"[\w.-]*\w\.(?:{_EXTENSIONS})", re.IGNORECASE)
-_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"`<>()\[\]{},;|]+", re.IGNORECASE)
+# A scheme of at most 32 characters: no start tries more than that before `://`.
+_URL = re.compile(r"[a-z][a-z0-9+.-]{0,31}://[^\s'\"`<>()\[\]{},;|]++", re.IGNORECASE)
 _TOKEN = re.compile(r"[\w.~/+@-]+")
 _SED_EXPRESSION = re.compile(r"s/[^/]*/[^/]*/[gip0-9]*")
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||[;|\n]")
-_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
+_QUOTE = re.compile("['\"]")
+_DOUBLE_QUOTED_BODY = re.compile(r'(?:[^"\\]++|\\.)*+')
 _PATTERN_VERBS = frozenset({"sed", "awk", "grep", "egrep", "rg", "ag", "perl"})
-_REDIRECT = re.compile(r"(?<![\d&])>>?\s*([\w.~/+@-]+)")
+_REDIRECT = re.compile(r"(?<![\d&])>>?\s*+([\w.~/+@-]++)")
 _ENV_ASSIGNMENT = re.compile(r"\w+=\S*")
 
 _VERB_OPS = {
@@ -92,26 +99,8 @@ _NAME_OPS = (
 )
 _NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
-_EXIT_STATUS = (
-    re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>"),
-    re.compile(r"\bexit(?:ed)?\s+(?:code|status)\s*[:=]?\s*(-?\d+)", re.IGNORECASE),
-    re.compile(r"\bprocess exited with code\s*(-?\d+)", re.IGNORECASE),
-    re.compile(r"\breturn(?:ed)?\s+code\s*[:=]?\s*(-?\d+)", re.IGNORECASE),
-)
-_ERROR_LINE = re.compile(
-    r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)|\berror(?:\[\w+\])?:|\bError\b:|\bFAILED\b|\bFATAL\b"
-    r"|\bERROR\b|No such file or directory|command not found|Permission denied|\bpanic(?:ked)?\b:",
-)
-_TRACEBACK = "Traceback (most recent call last)"
-_EXCEPTION_LINE = re.compile(r"[\w.]*(?:Error|Exception|Exit|Interrupt)\b")
-_WRAPPER = re.compile(r"\s*</?(?:returncode|output)>(?:-?\d+</returncode>)?\s*$")
 _CONSTRAINT = re.compile(r"\b(?:do not|don't|dont|always|never|must)\b", re.IGNORECASE)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def _one_line(text: str, limit: int = MAX_TEXT) -> str:
-    line = text.strip().splitlines()[0].strip() if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _plausible_path(value: str, *, spaces: bool = False) -> bool:
@@ -147,7 +136,9 @@ def _clear_path(token: str) -> bool:
 
 
 def text_paths(text: str) -> list[str]:
-    """The paths free text names (a task for a sub-agent, a patch, a description)."""
+    """The paths free text names (a task for a sub-agent, a patch, a description), in its
+    first `SCAN_CHARS` characters."""
+    text = text[:SCAN_CHARS]
     found = [url.group() for url in _URL.finditer(text)]
     for match in _TOKEN.finditer(_URL.sub(" ", text)):
         token = match.group().rstrip(".")
@@ -156,10 +147,41 @@ def text_paths(text: str) -> list[str]:
     return found
 
 
+def _unquoted(text: str) -> str:
+    """`text` with each quoted span ('...', "..." with escapes) a space, in one pass: a quote
+    that never closes is text, as is each later one its opening read past (none can close)."""
+    out: list[str] = []
+    at = 0
+    single_open = double_open = 0  # quotes before these places cannot open a span
+    while (start := _QUOTE.search(text, at)) is not None:
+        quote = start.start()
+        if text[quote] == "'":
+            end = text.find("'", quote + 1) if quote >= single_open else -1
+            if end < 0:
+                single_open = len(text)
+        else:
+            body = _DOUBLE_QUOTED_BODY.match(text, quote + 1) if quote >= double_open else None
+            stop = -1 if body is None else body.end()
+            end = stop if 0 <= stop < len(text) and text[stop] == '"' else -1
+            if end < 0:
+                double_open = max(double_open, stop)
+        if end < 0:
+            out.append(text[at : quote + 1])
+            at = quote + 1
+        else:
+            out.append(text[at:quote] + " ")
+            at = end + 1
+    out.append(text[at:])
+    return "".join(out)
+
+
 def command_paths(command: str) -> list[tuple[str, str]]:
-    """(path, op) for the paths a shell command names, each a substring of `command`."""
+    """(path, op) for the paths a shell command names, each a substring of `command`.
+
+    The command's first `SCAN_CHARS` characters are read (a longer one is a here-document:
+    the text of a file, not more paths)."""
     found: list[tuple[str, str]] = []
-    for segment in _SEGMENT_SPLIT.split(command):
+    for segment in _SEGMENT_SPLIT.split(command[:SCAN_CHARS]):
         words = [w for w in segment.split() if not _ENV_ASSIGNMENT.fullmatch(w)]
         while words and words[0] in ("sudo", "env", "time", "nohup", "exec", "cd"):
             words = words[2:] if words[0] == "cd" else words[1:]
@@ -168,7 +190,7 @@ def command_paths(command: str) -> list[tuple[str, str]]:
         if verb == "sed":
             op = "edit" if any(w.startswith("-i") for w in words) else "read"
         if verb in _PATTERN_VERBS:
-            segment = _QUOTED.sub(" ", segment)  # a sed script or a search pattern, not a path
+            segment = _unquoted(segment)  # a sed script or a search pattern, not a path
         written = {m.group(1) for m in _REDIRECT.finditer(segment)}
         for url in _URL.finditer(segment):
             found.append((url.group(), op))
@@ -202,8 +224,8 @@ def call_paths(name: str, arguments: Any) -> list[tuple[str, str]]:
         try:
             args = json.loads(arguments)
         except ValueError:
-            one_line = "\n" not in arguments.strip()
-            args = {"command" if one_line else "input": arguments}  # a free-form tool's input
+            single = "\n" not in arguments.strip()
+            args = {"command" if single else "input": arguments}  # a free-form tool's input
     if not isinstance(args, Mapping):
         return []
     sub = next((args[k] for k in _SUBCOMMAND_KEYS if isinstance(args.get(k), str)), "")
@@ -246,53 +268,52 @@ def _commands(arguments: Any) -> list[str]:
         value = _command_text(args.get(key))
         # A lone editor sub-command ("view", "create") is not a shell command.
         if value is not None and value.strip() not in _SUBCOMMANDS:
-            out.append(_one_line(value, MAX_COMMAND))
+            out.append(one_line(value, MAX_COMMAND))
     return out
 
 
-def exit_status(result: str) -> str | None:
-    for pattern in _EXIT_STATUS:
-        match = pattern.search(result)
-        if match:
-            return match.group(1)
-    return None
-
-
-def error_line(result: str) -> str | None:
-    """The error line of a result that looks like a failure, else None.
-
-    A failure: a traceback, a non-zero exit status, or a first output line that reads as an
-    error. The line: a traceback's exception line, else the first line that reads as one.
-    """
-    lines = [ln.strip() for ln in result.splitlines() if ln.strip() and not _WRAPPER.match(ln)]
-    if any(line.startswith(_TRACEBACK) for line in lines):
-        ends = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
-        if ends:
-            return _one_line(ends[-1])
-    status = exit_status(result)
-    if status == "0" or (status is None and not (lines and _ERROR_LINE.search(lines[0]))):
-        return None
-    for line in lines:
-        if not line.startswith(_TRACEBACK) and _ERROR_LINE.search(line):
-            return _one_line(line)
-    return None
-
-
 def constraints(text: str) -> list[str]:
-    """Sentences of a user message that state an explicit rule, verbatim."""
+    """Sentences of a user message that state an explicit rule, verbatim (in its first
+    `SCAN_CHARS` characters: a longer message is pasted text)."""
     out = []
-    for sentence in _SENTENCE_SPLIT.split(text):
+    for sentence in _SENTENCE_SPLIT.split(text[:SCAN_CHARS]):
         sentence = sentence.strip()
         if sentence and len(sentence) <= MAX_TEXT and _CONSTRAINT.search(sentence):
             out.append(sentence)
     return out
 
 
+def _charged(message: Mapping[str, Any]) -> int:
+    """What reading `message` may cost, in characters (each message `MESSAGE_CHARS` more)."""
+    role = message.get("role")
+    if role == "assistant":
+        cost = MESSAGE_CHARS
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            arguments = fn.get("arguments") if isinstance(fn, Mapping) else None
+            cost += min(len(arguments), SCAN_CHARS) if isinstance(arguments, str) else SCAN_CHARS
+        return cost
+    if role in ("user", "tool"):
+        text = text_of(message.get("content"), TEXT_ONLY)
+        return MESSAGE_CHARS + min(len(text), SCAN_CHARS if role == "user" else len(window(text)))
+    return MESSAGE_CHARS
+
+
+def _first_read(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The index of the oldest message read: the newest ones within `SPAN_SCAN_CHARS`."""
+    left = SPAN_SCAN_CHARS
+    for index in range(len(messages) - 1, -1, -1):
+        left -= _charged(messages[index])
+        if left < 0:
+            return index + 1
+    return 0
+
+
 def entries_of(messages: Sequence[Mapping[str, Any]]) -> list[Entry]:
-    """The trail entries a span of neutral messages produces, in the order they happen."""
+    """The trail entries a span's newest messages (`_first_read`) give, in their order."""
     found: list[Entry] = []
     pending: dict[str, list[Entry]] = {}  # call id -> its command entries, awaiting a status
-    for message in messages:
+    for message in messages[_first_read(messages) :]:
         role = message.get("role")
         if role == "user":
             found.extend(

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from proxy.admin.savings import BY, report, when
+from proxy.admin.savings import BY, check_window, report, when
 from proxy.compaction.prices import Prices
 from proxy.settings import load_settings
 from proxy.store import StoreError, open_store
@@ -108,6 +108,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
     now = time.time()
     since = when(args.since, now=now, naive_is_utc=True)
     until = when(args.until, now=now, naive_is_utc=True)
+    check_window(since, until, now=now)
     overrides = {"store_url": args.store_url, "config_file": args.config_file}
     if args.prices:
         overrides["prices"] = args.prices

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.admin.base import authorize, query_model, session_store, settled, store_failed
-from proxy.admin.times import parse_age, parse_time
+from proxy.admin.times import checked_time, parse_age, parse_time
 from proxy.compaction.prices import Prices
 from proxy.errors import InvalidRequest
 from proxy.session.identity import session_header
@@ -39,8 +39,15 @@ def when(value: str | None, *, now: float, naive_is_utc: bool) -> float | None:
         return None
     text = value.strip()
     if text[-1:].lower() in ("s", "m", "h", "d", "w") and text[:-1].replace(".", "", 1).isdigit():
-        return now - parse_age(text)
+        return checked_time(now - parse_age(text), value)
     return parse_time(text, naive_is_utc=naive_is_utc)
+
+
+def check_window(since: float | None, until: float | None, *, now: float) -> None:
+    """A ValueError for a window that ends before it starts (`until` defaults to `now`)."""
+    end = now if until is None else until
+    if since is not None and end < since:
+        raise ValueError(f"the window ends ({iso(end)}) before it starts ({iso(since)})")
 
 
 def iso(stamp: float | None) -> str | None:
@@ -162,6 +169,10 @@ async def savings_endpoint(request: Request) -> Response:
             bounds[name] = when(getattr(query, name), now=now, naive_is_utc=False)
         except ValueError as exc:
             raise InvalidRequest(str(exc), param=name, code="invalid_time") from exc
+    try:
+        check_window(bounds["since"], bounds["until"], now=now)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="until", code="invalid_time") from exc
     await settled(request)
     try:
         body = await report(
@@ -181,6 +192,7 @@ __all__ = [
     "BY",
     "By",
     "SavingsQuery",
+    "check_window",
     "iso",
     "report",
     "savings_endpoint",

@@ -149,8 +149,15 @@ def estimate_tokens(messages: Sequence[Any]) -> int:
     return (estimate_chars(messages) + 3) // 4 + 4 * len(messages)
 
 
+# The largest usage number believed: what JSON carries exactly everywhere (2**53). An
+# upstream's larger count is not one: summed over turns it would outgrow what the state can
+# be written with, and it reads as exabytes of prompt.
+MAX_TOKEN_COUNT = 2**53
+
+
 def token_count(value: Any) -> int | None:
-    """A usage number as reported, when it is one: an int >= 0 (not a bool, string or float)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    """A usage number as reported, when it is one: an int from 0 to `MAX_TOKEN_COUNT` (not
+    a bool, string or float)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
         return value
     return None

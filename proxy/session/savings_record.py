@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.session.history import MAX_TOKEN_COUNT, token_count
+
 FIELDS = (
     "requests",
     "sent_prompt",
@@ -54,7 +56,8 @@ Buckets = dict[str, Vector]  # "<hour>|<model>" -> FIELDS
 
 
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A stored count, when it is one (0 to `MAX_TOKEN_COUNT`), else 0."""
+    return token_count(value) or 0
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,12 @@ def vector_of(record: Mapping[str, Any]) -> tuple[str, Vector] | None:
 
 
 def add(into: Vector, vec: Sequence[int]) -> Vector:
-    """`into` plus `vec`, in place (a shorter `into`, stored by an older version, grows)."""
+    """`into` plus `vec`, in place (a shorter `into`, stored by an older version, grows).
+    A sum stops at `MAX_TOKEN_COUNT`: no total outgrows what the state is written with."""
     if len(into) < len(vec):
         into.extend([0] * (len(vec) - len(into)))
     for i, value in enumerate(vec):
-        into[i] += value
+        into[i] = min(into[i] + value, MAX_TOKEN_COUNT)
     return into
 
 

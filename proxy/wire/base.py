@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.errors import DegradeError, InvalidRequest
+from proxy.session.history import MAX_TOKEN_COUNT
 from proxy.session.rebuild import Outgoing
 
 JSON = dict[str, Any]
@@ -41,6 +42,21 @@ class Usage:
     cached: int | None = None  # the cached part of the prompt
     output: int | None = None  # what the reply was billed
     written: int | None = None  # the part of the prompt written into the cache (billed apart)
+
+    def __post_init__(self) -> None:
+        """Numbers the upstream cannot have meant are not numbers: each above
+        `MAX_TOKEN_COUNT` (a prompt summed from parts), a cached or cache-written part larger
+        than the prompt it is a part of, or both together (the prompt's count is kept), and
+        either part of a prompt that is not known."""
+        for name in ("total", "prompt", "cached", "output", "written"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_TOKEN_COUNT:
+                setattr(self, name, None)
+        prompt = self.prompt
+        if prompt is None or (self.cached or 0) > prompt:
+            self.cached = None
+        if prompt is None or (self.written or 0) + (self.cached or 0) > prompt:
+            self.written = None
 
 
 @dataclass

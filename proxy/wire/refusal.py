@@ -28,8 +28,16 @@ class Phrasing:
     pattern: re.Pattern[str]
 
 
+# A refusal's text is read up to this many characters (providers' run to a few hundred; it
+# may quote the request), and a number in it is at most 12 digits, a whole number: each
+# `(?P<name>\d+)` of the table is read so, and no search backtracks over a run of digits.
+MAX_REFUSAL_CHARS = 4096
+_NUMBER = re.compile(r"\(\?P<(\w+)>\\d\+\)")
+
+
 def _row(provider: str, pattern: str) -> Phrasing:
-    return Phrasing(provider, re.compile(pattern, re.IGNORECASE | re.DOTALL))
+    bounded = _NUMBER.sub(r"(?<!\\d)(?P<\1>\\d{1,12})(?!\\d)", pattern)
+    return Phrasing(provider, re.compile(bounded, re.IGNORECASE | re.DOTALL))
 
 
 PHRASINGS = (
@@ -116,7 +124,7 @@ def refusal_text(body: Any) -> str:
 
 
 def _match(body: Any) -> re.Match[str] | None:
-    text = refusal_text(body)
+    text = refusal_text(body)[:MAX_REFUSAL_CHARS]
     for phrasing in PHRASINGS:
         found = phrasing.pattern.search(text)
         if found:

@@ -347,3 +347,49 @@ def test_a_bad_window_or_grouping_is_a_400_in_openais_shape(make_proxy: Any) -> 
         assert error["type"] == "invalid_request_error" and error["param"] == param
     naive = httpx.get(proxy.url + "/admin/savings", params={"until": "2026-01-01T00:00:00"})
     assert naive.status_code == 400 and "offset" in naive.json()["error"]["message"]
+
+
+BAD_TIMES = ["nan", "inf", "-inf", "1e20", "9" * 400, "99999999999999999w", "1" + "0" * 2000]
+
+
+@pytest.mark.parametrize("param", ["since", "until"])
+@pytest.mark.parametrize("value", BAD_TIMES, ids=lambda v: v[:20])
+def test_a_time_out_of_range_is_a_400_invalid_time(make_proxy: Any, param: str, value: str) -> None:
+    proxy = make_proxy()
+    resp = httpx.get(proxy.url + "/admin/savings", params={param: value})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_time", param)
+    assert "out of range" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"since": "1700000000", "until": "1600000000"}, {"since": "2999-01-01T00:00:00Z"}],
+)
+def test_a_window_that_ends_before_it_starts_is_a_400(make_proxy: Any, params: Any) -> None:
+    proxy = make_proxy()
+    resp = httpx.get(proxy.url + "/admin/savings", params=params)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_time", "until")
+    assert "before it starts" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        *([f"--since={v}"] for v in BAD_TIMES),
+        ["--until", "1e20"],
+        ["--since", "1700000000", "--until", "1600000000"],
+    ],
+    ids=lambda f: " ".join(f)[:30],
+)
+def test_the_report_command_refuses_a_bad_time_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    code = main(["report", "--store", f"sqlite:///{tmp_path / 's.db'}", *flags])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("xun-proxy: ") and captured.err.count("\n") == 1, captured.err
+    assert "Traceback" not in captured.err

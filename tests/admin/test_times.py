@@ -58,3 +58,15 @@ def test_ages(value: str, seconds: float) -> None:
 def test_what_is_not_an_age_is_refused() -> None:
     with pytest.raises(ValueError, match="not an age: '3 days'"):
         parse_age("3 days")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e20", "-5", "9" * 400, "1" + "0" * 5000])
+def test_a_time_out_of_range_is_refused_in_words(value: str) -> None:
+    with pytest.raises(ValueError, match="time out of range"):
+        parse_time(value)
+
+
+@pytest.mark.parametrize("value", ["99999999999999999w", "9" * 400 + "d", "1" + "0" * 5000])
+def test_an_age_out_of_range_is_refused_in_words(value: str) -> None:
+    with pytest.raises(ValueError, match="age out of range"):
+        parse_age(value)
