@@ -1,32 +1,18 @@
 """The shared store for several replicas: Redis through redis-py's asyncio client.
 
-Keys (prefix `xun:` by default)::
-
-    xun:session:<tenant>:<session>  hash: data, meta, version, updated_at, tenant, session, id
-    xun:index                       zset: id -> updated_at (listing, newest first)
-    xun:tenant:<tenant>             zset: id -> updated_at (listing one tenant)
-    xun:ids                         hash: id -> "<tenant>:<session>" key suffix
-    xun:expiry                      zset: id -> TTL deadline (finds expired index entries)
-    xun:lease:<tenant>:<session>    string: the lease holder's token, with a PX expiry
-
-Tenant and session parts are percent-encoded (no ':' survives), or replaced by '#' and a hash
-when long, so any session header value makes a safe, bounded key. Writes, deletes and the TTL
-refresh of a read are Lua scripts, so the compare-and-set and the index stay consistent under
-concurrent replicas. Redis expires a session by itself; its index entries are removed when a
-listing or count finds them stale. A lease is `SET NX PX`; renewing and releasing compare the
-token first, in a Lua script, so a holder whose lease expired cannot touch its successor's.
-Every Redis failure surfaces as `StoreError`.
+The key layout and the Lua scripts are in `proxy.store.redis_layout`. Redis expires a session
+by itself; its index entries are removed when a listing or count finds them stale. A lease is
+`SET NX PX`; renewing and releasing compare the token first, in a Lua script, so a holder whose
+lease expired cannot touch its successor's. Every Redis failure surfaces as `StoreError`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -55,123 +41,22 @@ from proxy.store.base import (
     new_token,
     read_meta,
 )
-
-# KEYS: session, index, tenant index, ids, expiry.
-# ARGV: expected version ('' = must not exist), data, meta, updated_at, id, tenant, session,
-#       key suffix, ttl (0 = none), deadline.
-# Returns the new version, or minus the found version (0 when absent) on a conflict.
-_PUT = """
-local current = redis.call('HGET', KEYS[1], 'version')
-if (ARGV[1] == '' and current) or (ARGV[1] ~= '' and current ~= ARGV[1]) then
-  return -(tonumber(current) or 0)
-end
-local version = (tonumber(current) or 0) + 1
-redis.call('HSET', KEYS[1], 'data', ARGV[2], 'meta', ARGV[3], 'version', tostring(version),
-  'updated_at', ARGV[4], 'id', ARGV[5], 'tenant', ARGV[6], 'session', ARGV[7])
-if tonumber(ARGV[9]) > 0 then
-  redis.call('EXPIRE', KEYS[1], ARGV[9])
-  redis.call('ZADD', KEYS[5], ARGV[10], ARGV[5])
-else
-  redis.call('PERSIST', KEYS[1])
-  redis.call('ZREM', KEYS[5], ARGV[5])
-end
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
-redis.call('HSET', KEYS[4], ARGV[5], ARGV[8])
-return version
-"""
-
-# KEYS: session, expiry. ARGV: ttl (0 = none), deadline, id. A read refreshes the TTL.
-_GET = """
-local fields = redis.call('HMGET', KEYS[1], 'data', 'meta', 'version', 'updated_at',
-  'tenant', 'session')
-if not fields[3] then return false end
-if tonumber(ARGV[1]) > 0 then
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-end
-return fields
-"""
-
-# KEYS: session, index, tenant index, ids, expiry. ARGV: id, 'stale' to remove only the index
-# entries of a session that no longer exists. Returns 1 when the session key was deleted.
-# It runs while Redis is over `maxmemory` too (its commands only free memory): room can be made.
-_DELETE = """
-if ARGV[2] == 'stale' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local deleted = redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
-return deleted
-"""
-
-# KEYS: session, expiry. ARGV: ttl (0 = none), deadline, id. The version, tenant and session
-# only (a cache validating its copy); refreshes the TTL like a read.
-_VERSION = """
-local fields = redis.call('HMGET', KEYS[1], 'version', 'tenant', 'session')
-if not fields[1] then return false end
-if tonumber(ARGV[1]) > 0 then
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-end
-return fields
-"""
-
-# KEYS: lease. ARGV: token, ttl in ms. 1 when the token held the lease and it was extended.
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-
-# KEYS: lease. ARGV: token. Deletes the lease only when the token still holds it.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+from proxy.store.redis_layout import (
+    DELETE,
+    GET,
+    PUT,
+    RELEASE,
+    RENEW,
+    VERSION,
+    key_part,
+    key_suffix,
+    maybe_text,
+    scored,
+    text,
+)
 
 _INFO_FIELDS = ("meta", "version", "updated_at", "tenant", "session")
 _SWEEP_BATCH = 500
-
-
-def _key_char(char: str) -> str:
-    # Printable non-ASCII text stays as it is (UTF-8 in the key, readable in redis-cli --raw);
-    # ASCII punctuation, spaces and control characters are percent-encoded as before.
-    if not char.isascii() and char.isprintable() and not 0xD800 <= ord(char) <= 0xDFFF:
-        return char
-    return quote(char, safe="", errors="surrogatepass")
-
-
-def key_part(value: str) -> str:
-    """A key segment for a tenant or session: readable when short, never containing ':'."""
-    quoted = "".join(map(_key_char, value)) if not value.isascii() else quote(value, safe="")
-    if len(quoted) <= 128:
-        return quoted
-    digest = hashlib.sha256(value.encode()).digest()
-    return "#" + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
-
-
-def _suffix(key: SessionKey) -> str:
-    return f"{key_part(key.tenant)}:{key_part(key.session)}"
-
-
-def _text(value: object) -> str:
-    """Decode a bulk reply: the client hands back bytes."""
-    if isinstance(value, bytes):
-        return value.decode()
-    raise StoreError(f"unexpected reply from Redis: {value!r}")
-
-
-def _maybe_text(value: object) -> str | None:
-    return None if value is None else _text(value)
-
-
-def _scored(reply: Iterable[Any]) -> list[tuple[str, float]]:
-    return [(_text(member), float(score)) for member, score in reply]
 
 
 class RedisStore:
@@ -206,12 +91,12 @@ class RedisStore:
         )
         self._client = Redis(connection_pool=self._pool)
         self._health = WriteHealth()
-        self._put = self._client.register_script(_PUT)
-        self._get = self._client.register_script(_GET)
-        self._delete = self._client.register_script(_DELETE)
-        self._version = self._client.register_script(_VERSION)
-        self._renew = self._client.register_script(_RENEW)
-        self._release = self._client.register_script(_RELEASE)
+        self._put = self._client.register_script(PUT)
+        self._get = self._client.register_script(GET)
+        self._delete = self._client.register_script(DELETE)
+        self._version = self._client.register_script(VERSION)
+        self._renew = self._client.register_script(RENEW)
+        self._release = self._client.register_script(RELEASE)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -239,7 +124,7 @@ class RedisStore:
     async def _suffix_of(self, session_id: str) -> str | None:
         with self._errors():
             raw = await self._client.hget(f"{self.prefix}ids", session_id)
-        return _maybe_text(raw)
+        return maybe_text(raw)
 
     async def _read(self, suffix: str, session_id: str) -> StoredSession | None:
         keys = self._keys(suffix)
@@ -249,7 +134,7 @@ class RedisStore:
         if not fields:
             return None
         data, meta, version, updated_at, tenant, session = fields
-        key = SessionKey(_text(tenant), _text(session))
+        key = SessionKey(text(tenant), text(session))
         decoded = read_meta(meta, session_id)
         if decoded is None:
             return damaged_row(key, bytes(data or b""), int(version), float(updated_at))
@@ -276,28 +161,28 @@ class RedisStore:
             reply = await self._client.zrangebyscore(
                 f"{self.prefix}expiry", "-inf", time.time(), start=0, num=_SWEEP_BATCH
             )
-            expired = [_text(member) for member in reply]
+            expired = [text(member) for member in reply]
             if not expired:
                 return
             suffixes = await self._client.hmget(f"{self.prefix}ids", expired)
         pairs = zip(expired, suffixes, strict=True)
-        await self._drop_stale([(session_id, _maybe_text(raw)) for session_id, raw in pairs])
+        await self._drop_stale([(session_id, maybe_text(raw)) for session_id, raw in pairs])
 
     # The Store protocol.
 
     async def get(self, key: SessionKey) -> StoredSession | None:
-        found = await self._read(_suffix(key), key.id)
+        found = await self._read(key_suffix(key), key.id)
         return found if found is not None and found.key == key else None
 
     async def version(self, key: SessionKey) -> int | None:
-        keys = self._keys(_suffix(key))
+        keys = self._keys(key_suffix(key))
         ttl, deadline = self._ttl_args()
         with self._errors():
             fields = await self._version(keys=[keys[0], keys[4]], args=[ttl, deadline, key.id])
         if not fields:
             return None
         version, tenant, session = fields
-        if SessionKey(_text(tenant), _text(session)) != key:
+        if SessionKey(text(tenant), text(session)) != key:
             return None
         return int(version)
 
@@ -339,7 +224,7 @@ class RedisStore:
     ) -> int:
         check_size(data, self.max_session_bytes)
         meta_json = encode_meta(meta)
-        suffix = _suffix(key)
+        suffix = key_suffix(key)
         ttl, deadline = self._ttl_args()
         expected = "" if expected_version is None else str(expected_version)
         args: list[bytes | str | int] = [
@@ -363,7 +248,7 @@ class RedisStore:
     async def delete(self, key: SessionKey) -> bool:
         try:
             with self._errors():
-                keys = self._keys(_suffix(key))
+                keys = self._keys(key_suffix(key))
                 deleted = bool(await self._delete(keys=keys, args=[key.id, "all"]))
         except StoreError as exc:
             self._health.note(exc)
@@ -378,7 +263,7 @@ class RedisStore:
             return []
         with self._errors():
             reply = await self._client.hmget(f"{self.prefix}ids", session_ids)
-            suffixes = [_maybe_text(raw) for raw in reply]
+            suffixes = [maybe_text(raw) for raw in reply]
             async with self._client.pipeline(transaction=False) as pipe:
                 for suffix in suffixes:
                     if suffix is not None:
@@ -398,7 +283,7 @@ class RedisStore:
             decoded = read_meta(meta, session_id)
             if decoded is None:
                 continue  # a damaged row is left out
-            key = SessionKey(_text(tenant), _text(session))
+            key = SessionKey(text(tenant), text(session))
             infos.append(
                 SessionInfo(key, session_id, decoded, int(version), float(updated_at), size)
             )
@@ -429,7 +314,7 @@ class RedisStore:
                 reply = await self._client.zrevrangebyscore(
                     index, high, low, start=offset, num=batch, withscores=True
                 )
-            members = _scored(reply)
+            members = scored(reply)
             offset += len(members)
             candidates = [sid for sid, score in members if after_cursor(score, sid, after)]
             rows += await self._infos(candidates, stale)
@@ -446,7 +331,7 @@ class RedisStore:
             return int(await self._client.zcard(f"{self.prefix}index"))
 
     def _lease_key(self, key: SessionKey) -> str:
-        return f"{self.prefix}lease:{_suffix(key)}"
+        return f"{self.prefix}lease:{key_suffix(key)}"
 
     async def acquire(self, key: SessionKey, ttl_s: float) -> str | None:
         ttl_ms = check_ttl(ttl_s)

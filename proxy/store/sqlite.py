@@ -1,7 +1,7 @@
 """The embedded default store: one SQLite file (WAL mode), so sessions survive a restart.
 
-The standard library's `sqlite3` blocks, so a worker thread owns the main connection and
-every statement that may wait runs there, off the event loop and serialised. Two run on the
+A worker thread owns the main connection and runs every statement that may wait, off the event
+loop and serialised; it also deletes old sessions (`proxy.store.sqlite_worker`). Two run on the
 loop's thread, where the trip through the worker (two thread wake-ups) costs more than they
 do (`proxy.store.sqlite_reader`): the read of a session's version on every request's path (a
 WAL reader never waits), and the write of a state of up to 256 KB while the write lock is
@@ -11,10 +11,9 @@ cannot answer at once. Compare-and-set is one statement (`UPDATE ... WHERE versi
 16 KiB or more are stored padded to a size class, so that SQLite rewrites only the pages a
 turn changed (`proxy.store.sqlite_rows`, with the table's schema). Leases have their own
 table with a wall-clock expiry; taking one is one upsert that only replaces an expired row
-(`proxy.store.sqlite_leases`). Retention: sessions not written for `ttl_seconds` (and expired
-leases) are deleted when the store connects and then at most once an hour. A full disk: the
-store notes whether its writes go through (`write_failure`, for /readyz), and keeps some
-space in reserve for deleting sessions (`proxy.store.sqlite_reserve`).
+(`proxy.store.sqlite_leases`). A full disk: the store notes whether its writes go through
+(`write_failure`, for /readyz), and keeps some space in reserve for deleting sessions
+(`proxy.store.sqlite_reserve`).
 """
 
 from __future__ import annotations
@@ -23,13 +22,11 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import Any
 
 import proxy.store.sqlite_leases as leases
 from proxy.store.base import (
@@ -59,24 +56,19 @@ from proxy.store.sqlite_reader import (
     checkpoint,
     shrink,
 )
-from proxy.store.sqlite_reserve import make_reserve, release_reserve
-from proxy.store.sqlite_rows import LIST_COLUMNS, SCHEMA, add_columns, padded, select
+from proxy.store.sqlite_reserve import release_reserve
+from proxy.store.sqlite_rows import LIST_COLUMNS, padded, select
+from proxy.store.sqlite_worker import PURGE_EVERY, SQLiteWorker
 
-T = TypeVar("T")
 log = logging.getLogger("proxy.store")
 
-_PURGE_EVERY = 3600.0
-# Once a write has waited out the busy timeout (another process holds the database), the next
-# ones wait this long only, until one gets through: a held lock costs one request the full
-# wait, not every request while it lasts.
-_HELD_UP_TIMEOUT_S = 0.1
 # States up to this size are written from the loop (0.14 ms per 53 KB), larger ones by the worker.
 INLINE_WRITE_MAX_BYTES = 256 * 2**10
 # How long an idle proxy waits for the worker to drop its page cache (it is idle too).
 _RELEASE_WAIT_S = 1.0
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteWorker):
     """Sessions in one SQLite file; `path` may be ":memory:" for a private in-memory db."""
 
     def __init__(
@@ -88,21 +80,14 @@ class SQLiteStore:
         read_only: bool = False,
         busy_timeout: float = 5.0,
     ) -> None:
-        self.path = str(path)
+        super().__init__(
+            path, ttl_seconds=ttl_seconds, read_only=read_only, busy_timeout=busy_timeout
+        )
         self.max_session_bytes = max_session_bytes
-        self.ttl_seconds = ttl_seconds
-        self.read_only = read_only
-        self.busy_timeout = busy_timeout
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xun-sqlite")
-        # Touched only from the worker thread.
-        self._conn: sqlite3.Connection | None = None
-        self._purged_at = 0.0
-        self._held_up = False  # the last write timed out on a lock: wait briefly only
         # The checkpoint handed to the worker and not yet done (one at a time). Inline writes go
         # on meanwhile, up to `WAL_LIMIT_BYTES` in the WAL: only its short last part holds the
         # write lock (`checkpoint`), and a write that meets it goes to the worker, after it.
         self._checkpointing: Future[Any] | None = None
-        self._closed = False
         self._health = WriteHealth()
         self._reader = InlineReader(self.path)
         self._writer = InlineWriter(self.path)
@@ -110,77 +95,6 @@ class SQLiteStore:
     @property
     def where(self) -> str:
         return f"sqlite:///{self.path}"
-
-    # Plumbing: every call goes through the worker thread, errors become StoreError.
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._closed:
-            raise StoreError("the SQLite store is closed")
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, self._call, fn)
-        except (sqlite3.Error, OSError) as exc:
-            full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
-            error = StoreFull if full else StoreError
-            raise error(f"SQLite store {self.path}: {exc}") from exc
-
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._conn is None:
-            self._conn = self._connect()
-            self._held_up = False
-        conn = self._conn
-        changes = conn.total_changes
-        try:
-            result = fn(conn)
-        except sqlite3.OperationalError as exc:
-            if not self._held_up and "locked" in str(exc):
-                self._held_up = True
-                self._set_busy_timeout(conn, _HELD_UP_TIMEOUT_S)
-            raise
-        if self._held_up and conn.total_changes != changes:  # a write got through
-            self._held_up = False
-            self._set_busy_timeout(conn, self.busy_timeout)
-        return result
-
-    @staticmethod
-    def _set_busy_timeout(conn: sqlite3.Connection, seconds: float) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-
-    def _connect(self) -> sqlite3.Connection:
-        if self.read_only:
-            target, uri = f"file:{quote(self.path)}?mode=ro", True
-        else:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            target, uri = self.path, False
-        conn = sqlite3.connect(
-            target,
-            uri=uri,
-            timeout=self.busy_timeout,
-            isolation_level=None,  # autocommit: each statement is its own transaction
-            check_same_thread=False,
-        )
-        try:
-            self._set_busy_timeout(conn, self.busy_timeout)
-            if not self.read_only:
-                if self.path != ":memory:":
-                    make_reserve(self.path)  # room to delete sessions on a full disk
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
-                conn.executescript(SCHEMA)
-                add_columns(conn)
-                self._purge(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _purge(self, conn: sqlite3.Connection) -> None:
-        now = time.time()
-        if self.ttl_seconds is not None and now - self._purged_at >= _PURGE_EVERY:
-            conn.execute("DELETE FROM sessions WHERE updated_at < ?", (now - self.ttl_seconds,))
-            conn.execute("DELETE FROM leases WHERE expires < ?", (now,))
-            self._purged_at = now
 
     # The Store protocol.
 
@@ -281,11 +195,6 @@ class SQLiteStore:
                 return version
         return await self._run(write)
 
-    def _lock_freed(self, conn: sqlite3.Connection) -> None:
-        if self._held_up:
-            self._held_up = False
-            self._set_busy_timeout(conn, self.busy_timeout)
-
     def _checkpoint_running(self) -> bool:
         return self._checkpointing is not None and not self._checkpointing.done()
 
@@ -293,7 +202,7 @@ class SQLiteStore:
         """A small state, a store the worker has opened (the schema exists), no purge due
         (the worker runs it, with the next write it is given), and unless a checkpoint is
         running, a WAL under `WAL_LIMIT_BYTES`."""
-        purge_due = self.ttl_seconds is not None and time.time() - self._purged_at >= _PURGE_EVERY
+        purge_due = self.ttl_seconds is not None and time.time() - self._purged_at >= PURGE_EVERY
         if self._checkpoint_running():
             held = self._writer.wal_bytes()
             if held is None or held >= WAL_LIMIT_BYTES:

@@ -1,8 +1,10 @@
-"""The upstream API: one shared connection pool, header rules, and error mapping at the edge.
+"""The upstream API: one shared connection pool, the URLs and headers it is sent, and sending.
 
 Requests go through `httpcore` (the HTTP layer under httpx) directly: the httpx client on top
 of it cost about 0.5 ms of CPU per request here (building URL, header and response models),
-a third of everything the pass-through spends. URLs are still built with `httpx.URL`.
+a third of everything the pass-through spends. URLs are still built with `httpx.URL`. What is
+passed on is decided in `proxy.upstream.forwarding_rules`; failures are mapped onto the error
+tree in `proxy.upstream.transport_errors`.
 
 The upstream URL comes only from `Settings.upstream_base_url`. A request path is appended to the
 configured base path as an opaque string, so a path such as `//evil.com/x` or `http://evil.com`
@@ -11,62 +13,29 @@ still reaches the configured host (no SSRF through the request).
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any, Protocol
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import httpcore
 import httpx
 import orjson
 
-from proxy.errors import (
-    InvalidRequest,
-    ServiceUnavailable,
-    UpstreamInvalidResponse,
-    UpstreamTimeout,
-    UpstreamUnreachable,
-)
+from proxy.errors import InvalidRequest, UpstreamInvalidResponse
 from proxy.settings import Settings
+from proxy.upstream.forwarding_rules import (
+    REQUEST_DROP,
+    RESPONSE_DROP,
+    connection_tokens,
+    has_dot_segment,
+)
 from proxy.upstream.pool import BACKGROUND, FRESH, OriginPool
 from proxy.upstream.providers import Provider, foreign_credentials
-
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# Request headers the proxy sets itself rather than copying from the client.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect"}
-# Response headers the serving side sets itself; content-length goes because bodies are
-# re-framed (chunked) on the way out.
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server"}
-_DOT_SEGMENT = re.compile(r"(^|/)\.{1,2}(/|$)")
-_SEPARATORS = re.compile(r"[/\\]")
-# Escapes are decoded this many times over: a server or framework behind the upstream URL may
-# decode a path more than once.
-_DECODE_ROUNDS = 3
+from proxy.upstream.transport_errors import TRANSPORT_ERRORS, map_transport_error, stale_connection
 
 Content = bytes | AsyncIterable[bytes] | None
 Params = str | bytes | Mapping[str, str] | None
-# Everything httpcore raises for a failed exchange (it maps socket errors onto these).
-TRANSPORT_ERRORS = (
-    httpcore.TimeoutException,
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.UnsupportedProtocol,
-    httpcore.ProxyError,
-)
 KEEPALIVE_EXPIRY_S = 5.0
 _TARGETS_KEPT = 256  # request URLs remembered (paths and queries); all dropped beyond
 
@@ -110,32 +79,6 @@ class UpstreamResponse:
 
     async def aclose(self) -> None:
         await self._response.aclose()
-
-
-def has_dot_segment(path: str) -> bool:
-    """True when a segment of `path` is `.` or `..` in any form a server might resolve:
-    percent-escaped (`%2e%2e%2f`, also double-escaped), with a backslash for a slash (`..%5c`)
-    or with a `;` parameter (`..;/`)."""
-    if "%" not in path and ";" not in path and "\\" not in path:
-        return _DOT_SEGMENT.search(path) is not None  # the common path: nothing to decode
-    for _ in range(_DECODE_ROUNDS + 1):
-        for segment in _SEPARATORS.split(path):
-            if segment.split(";", 1)[0] in (".", ".."):
-                return True
-        decoded = unquote(path) if "%" in path else path
-        if decoded == path:
-            return False
-        path = decoded
-    return False
-
-
-def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
-    """Header names listed in `Connection:` are hop-by-hop for this message too."""
-    tokens: set[str] = set()
-    for name, value in headers:
-        if name.lower() == "connection":
-            tokens.update(part.strip().lower() for part in value.split(",") if part.strip())
-    return tokens
 
 
 class Upstream:
@@ -211,7 +154,7 @@ class Upstream:
         """The request headers to send upstream, lower-cased, end-to-end ones only; never
         another provider's credentials (`proxy.upstream.providers`)."""
         items = list(incoming.items())
-        drop = _REQUEST_DROP | _connection_tokens(items)
+        drop = REQUEST_DROP | connection_tokens(items)
         headers: dict[str, str] = {}
         for name, value in items:
             lowered = name.lower()
@@ -239,7 +182,7 @@ class Upstream:
             items = upstream_headers.multi_items()
         else:
             items = list(upstream_headers.items())
-        drop = _RESPONSE_DROP | _connection_tokens(items)
+        drop = RESPONSE_DROP | connection_tokens(items)
         if not raw:
             drop = drop | {"content-encoding"}
         return [(name.lower(), value) for name, value in items if name.lower() not in drop]
@@ -286,7 +229,7 @@ class Upstream:
             # A pooled keep-alive connection the server closed just as it was reused: the
             # server never read the request, so sending it once more on a fresh connection is
             # safe (when the body can be sent again). Nothing has reached the client yet.
-            if not (_stale_connection(exc) and isinstance(content, bytes | None)):
+            if not (stale_connection(exc) and isinstance(content, bytes | None)):
                 raise map_transport_error(exc) from exc
             request.extensions[FRESH] = True  # the pool's other idle connections may be stale too
             try:
@@ -361,29 +304,6 @@ def _framing(
         else:
             framed.append((b"transfer-encoding", b"chunked"))
     return framed
-
-
-def _stale_connection(exc: Exception) -> bool:
-    return "without sending a response" in str(exc)
-
-
-def map_transport_error(exc: Exception) -> Exception:
-    """Translate an httpcore failure into the proxy's error tree (use with `raise ... from`)."""
-    if isinstance(exc, httpcore.PoolTimeout):
-        return ServiceUnavailable(
-            "Too many concurrent upstream requests; try again shortly.",
-            code="upstream_pool_exhausted",
-            headers={"retry-after": "1"},
-        )
-    if isinstance(exc, httpcore.ConnectTimeout):
-        return UpstreamTimeout("Timed out connecting to the upstream API.")
-    if isinstance(exc, httpcore.TimeoutException):
-        return UpstreamTimeout()
-    if isinstance(exc, httpcore.ConnectError):
-        return UpstreamUnreachable()
-    if isinstance(exc, httpcore.RemoteProtocolError | httpcore.ReadError | httpcore.WriteError):
-        return UpstreamUnreachable("The upstream API closed the connection.")
-    return UpstreamUnreachable()
 
 
 async def timed_chunks(response: UpstreamResponse, timing: dict[str, Any]) -> AsyncIterator[bytes]:

@@ -9,7 +9,7 @@ one piece, waits once.
 It is a drop-in for `httpcore.AsyncHTTPConnection` in `proxy.upstream.pool`: it takes httpcore's
 `Request` (the timeouts in its `timeout` extension, read at every wait, so a caller may change
 the read timeout once the headers are in), returns httpcore's `Response`, and raises
-httpcore's exceptions, so the error mapping in `proxy.upstream.client` is unchanged.
+httpcore's exceptions, so the error mapping in `proxy.upstream.transport_errors` is unchanged.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ STAGES = (
     "proxy.turn.pipeline:Pipeline.finish",
     "proxy.turn.persist:save_turn",
     "proxy.store.sqlite:SQLiteStore.put",
-    "proxy.store.sqlite:SQLiteStore._run",
+    "proxy.store.sqlite_worker:SQLiteWorker._run",
     "proxy.store.sqlite_reader:InlineWriter.run",
     "proxy.store.cache:CachedStore.get",
     "proxy.turn.persist:SessionWriter.settled",

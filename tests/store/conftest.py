@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from proxy.store import SessionKey, Store, open_store
 from proxy.store.cache import CachedStore
-from proxy.store.redis import key_part
+from proxy.store.redis_layout import key_part
 from proxy.store.sqlite import SQLiteStore
 
 REDIS_URL = "redis://127.0.0.1:6379/15"

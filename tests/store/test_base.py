@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from proxy.store import SessionKey
 from proxy.store.base import decode_cursor, encode_cursor
-from proxy.store.redis import key_part
+from proxy.store.redis_layout import key_part
 
 URL_SAFE = set(string.ascii_letters + string.digits + "-_")
 

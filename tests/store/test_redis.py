@@ -14,7 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.store import SessionKey, StoreError, open_store
-from proxy.store.redis import RedisStore, key_part
+from proxy.store.redis import RedisStore
+from proxy.store.redis_layout import key_part
 from tests.store.conftest import REDIS_URL
 
 KEY = SessionKey("tenant-hash", "session/with:colons")
