@@ -1,38 +1,33 @@
-"""Summaries prepared ahead: no turn waits for a summary (issue 28).
+"""Summaries prepared ahead, so no turn waits for one (issue 28): when a summary is written
+and how many at once. The background job itself is `proxy.turn.summary_ahead_job`.
 
-A summary is a full model call over most of the session, seconds to a minute on a real
-model. Made inside the turn that crosses the strategy's point, that turn waits for it. Here:
+A summary is a full model call over most of the session, seconds to a minute on a real model;
+made inside the turn that crosses the strategy's point, that turn waits for it. Here:
 
 - Once a turn's answer is out (`TurnAhead.after_turn`, from the pipeline's `finish`), when the
   session's growth per turn says the strategy will summarise within the next few turns (it
   is asked on the projected sizes, `proxy.compaction.crossing`), the summary is written in the
-  background: the same request as the crossing turn's would be (the conversation as just
-  sent, the same model and tools, so it reads the prompt cache this turn wrote), over the
-  client's messages so far. The finished summary goes into the session state
-  (`proxy.session.prepared.Prepared`) with a digest of the messages it covers.
+  background: the crossing turn's request (the conversation as just sent, the same model and
+  tools, so it reads the prompt cache this turn wrote) over the client's messages so far.
 - The crossing turn uses it if those messages still begin what the client sent
   (`AheadSummarizer`; the cut keeps whatever the summary does not cover). An edit, retry or
   branch before their end makes it stale: it is dropped and counted. Not ready yet: the turn
   goes upstream as it would have without compacting, and the summary joins a later turn.
   Only a request that would not fit the model's window without one waits, as before.
-- Bounded: one summary in flight per session in a process (`AheadTasks`) and across replicas
-  sharing a store (a lease on the session's summary slot); across sessions, a share of the
-  upstream connections, and never a connection a client's request could have had; after a
-  failure, the session's tries are spaced out (`proxy.turn.summary_ahead_limits`). One that is never
-  used is counted (`xun_summary_ahead_total{outcome="unused"}` and the turn record). A failure
-  is logged and costs the client nothing. At shutdown the summaries in flight are dropped:
-  only finished ones are ever stored, so nothing half-written is used after a restart.
+- Bounded: one summary in flight per session in a process (`AheadTasks`; across replicas,
+  the job's lease); across sessions, a share of the upstream connections, and never one a
+  client's request could have had; after a failure, the session's tries are spaced out
+  (`proxy.turn.summary_ahead_limits`). One never used is counted (the turn record and
+  `xun_summary_ahead_total{outcome="unused"}`). A failure is logged and costs the client
+  nothing. At shutdown the summaries in flight are dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
-from time import monotonic
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from proxy.compact import CompactionContext, CompactionReport, CompactorAbstract
@@ -52,18 +47,13 @@ from proxy.session.prepared import Prepared, base_of
 from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
 from proxy.session.turn_log import decode
-from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
 from proxy.turn.billing import Measure
-from proxy.turn.lease import LEASE_TTL_S
-from proxy.turn.persist import parse_state
+from proxy.turn.summary_ahead_job import Job, prepare
 from proxy.turn.summary_ahead_limits import Backoff, Share
 from proxy.wire.base import Usage
 
 log = logging.getLogger("proxy.ahead")
 
-# The summary slot's lease: a key of its own, so turns never wait on it.
-SLOT_SUFFIX = "\0summary-ahead"
-PUBLISH_ATTEMPTS = 20
 # A summary the model is known to write faster than this is not prepared ahead: the crossing
 # turn waits about that long for it, and no summary is paid for that a session ending before
 # its crossing (or a strategy waiting past it) never uses. The token economy's replay lost
@@ -140,26 +130,6 @@ class Pipeline(Protocol):
     def threshold(self) -> int: ...
     def compaction_enabled(self) -> bool: ...
     def economics(self, *, force: bool = False) -> Economics | None: ...
-
-
-@dataclass
-class Job:
-    """One summary to write in the background, and where its result goes."""
-
-    key: SessionKey
-    store: Store
-    summarizer: Summarizer
-    request: list[dict[str, Any]]  # the conversation to summarise when not sent as cached
-    prepared: Prepared  # the record to store, its summary still empty
-    tasks: AheadTasks
-    bills: list[Usage | None] = field(default_factory=list)  # what its requests were billed
-
-    def count(self, outcome: str) -> None:
-        self.tasks.count(outcome)
-        if outcome == "failed":
-            self.tasks.backoff.failed(self.key.id)
-        elif outcome == "ready":
-            self.tasks.backoff.succeeded(self.key.id)
 
 
 @dataclass
@@ -412,78 +382,3 @@ async def _run(job: Job, probe: Probe | None) -> None:
             return
         log.exception("preparing a summary ahead failed")
         job.count("failed")
-
-
-async def prepare(job: Job) -> None:
-    """Write the summary under the session's summary slot and store it when finished."""
-    slot = SessionKey(job.key.tenant, job.key.session + SLOT_SUFFIX)
-    try:
-        token = await job.store.acquire(slot, LEASE_TTL_S)
-    except StoreError as exc:
-        log.warning("summary slot unavailable: %s", exc)
-        job.count("failed")
-        return
-    if token is None:
-        job.count("busy")  # another request or replica writes it
-        return
-    renewer = asyncio.create_task(_keep(job.store, slot, token))
-    try:
-        if await _prepared_already(job):
-            job.count("busy")
-            return
-        started = monotonic()
-        summary = await job.summarizer(job.request)
-        if not summary:
-            log.warning("summary written ahead came back empty; the crossing will try again")
-            job.count("failed")
-            return
-        took = monotonic() - started
-        job.tasks.seconds[job.summarizer.model] = took
-        spent = [
-            sum(getattr(u, name) or 0 for u in job.bills if u is not None)
-            for name in ("prompt", "cached", "written", "output")
-        ]
-        done = replace(job.prepared, summary=summary, at=time.time(), seconds=took, billed=spent)
-        job.count("ready" if await publish(job.store, job.key, done) else "unused")
-    finally:
-        renewer.cancel()
-        with contextlib.suppress(StoreError, asyncio.CancelledError):
-            await job.store.release(slot, token)
-
-
-async def _keep(store: Store, slot: SessionKey, token: str) -> None:
-    while True:
-        await asyncio.sleep(LEASE_TTL_S / 4)
-        try:
-            if not await store.renew(slot, token, LEASE_TTL_S):
-                return
-        except StoreError:
-            return
-
-
-async def _prepared_already(job: Job) -> bool:
-    """Whether another replica stored a summary over the same compaction meanwhile."""
-    stored = await job.store.get(job.key)
-    state = None if stored is None else parse_state(stored.data)
-    prepared = Prepared.of(state.ahead) if state is not None else None
-    return prepared is not None and prepared.base == job.prepared.base
-
-
-async def publish(store: Store, key: SessionKey, prepared: Prepared) -> bool:
-    """Put a finished summary into the session state (compare-and-set); False when the state
-    moved on to another summary meanwhile (then it is never used)."""
-    for _ in range(PUBLISH_ATTEMPTS):
-        stored = await store.get(key)
-        state = None if stored is None else parse_state(stored.data)
-        if stored is None or state is None or base_of(state) != prepared.base:
-            return False
-        current = Prepared.of(state.ahead)
-        if current is not None and current.at > prepared.at:
-            return False
-        state.ahead = prepared.to_dict()
-        try:
-            await store.put(key, state.to_bytes(), stored.meta, expected_version=stored.version)
-            return True
-        except VersionConflict:
-            await asyncio.sleep(0.005)
-    return False

@@ -91,9 +91,9 @@ def main() -> int:
         return app
 
     app_module.create_app = create_app  # type: ignore[assignment]
-    from proxy.turn import summary_ahead
+    from proxy.turn import summary_ahead_job
 
-    summary_ahead.monotonic = clock  # type: ignore[attr-defined]  # a summary's time, on the replay's clock
+    summary_ahead_job.monotonic = clock  # type: ignore[attr-defined]  # a summary's time, on the replay's clock
     print("xun-proxy on the replay's clock (x-bench-now)", file=sys.stderr, flush=True)
     from proxy.cli import main as cli_main
 
