@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from proxy.session.history import token_count
-from proxy.session.savings import add
+from proxy.session.savings_record import add
 from proxy.wire.base import Usage
 from tests.support.compacted import admin_headers
 from tests.support.fake_messages import Turn as MessagesTurn
