@@ -190,13 +190,57 @@ def test_the_branch_finder_sees_a_branch() -> None:
     assert len(_branches_on_a_wire_name(tree)) == 2
 
 
-def test_no_module_runs_past_500_lines() -> None:
+def test_no_module_runs_past_400_lines() -> None:
+    # The house style's size: a module past it is split along the lines its docstring draws.
     long = {
         str(p.relative_to(ROOT)): n
         for p in ROOT.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
     }
     assert long == {}
+
+
+def _names_outside_the_api_folders() -> dict[str, list[str]]:
+    """File name -> where it is, for every module outside proxy/wire/<api>/ (`__init__`,
+    `__main__` and `base` aside: those are roles every folder may have)."""
+    api_folders = {ROOT / "wire" / name for name in WIRE_NAMES}
+    where: dict[str, list[str]] = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        if p.parent in api_folders or p.stem in {"__init__", "__main__", "base"}:
+            continue
+        where.setdefault(p.stem, []).append(str(p.relative_to(ROOT)))
+    return where
+
+
+def test_no_two_modules_share_a_name_outside_the_api_folders() -> None:
+    # `savings.py` in three folders tells a reader nothing about which to open.
+    shared = {
+        stem: paths for stem, paths in _names_outside_the_api_folders().items() if len(paths) > 1
+    }
+    assert shared == {}
+
+
+def test_no_module_sits_beside_its_own_plural() -> None:
+    beside = [
+        str(p.relative_to(ROOT))
+        for p in ROOT.rglob("*.py")
+        if (p.parent / f"{p.stem}s.py").exists()
+    ]
+    assert beside == []
+
+
+def test_the_api_folders_name_the_same_job_alike() -> None:
+    # A job two APIs share has one name: a module name in two API folders is the same job, so
+    # the folders' names are the same set, bar what one API alone needs (its own tool
+    # definition, its content blocks, its thinking binding, checks of its requests).
+    own = {
+        "chat": {"checks"},
+        "responses": {"tool", "bodies", "to_neutral", "from_neutral"},
+        "messages": {"binding", "content", "checks", "bodies", "to_neutral", "from_neutral"},
+    }
+    for name in sorted(WIRE_NAMES):
+        modules = {p.stem for p in (ROOT / "wire" / name).glob("*.py")} - {"__init__"}
+        assert modules - own.get(name, set()) == {"adapter", "reply", "stream", "whole"}, name
 
 
 def test_at_most_a_dozen_modules_at_the_root() -> None:
