@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     # (after_compaction: a session that never compacts costs what it costs direct), or from
     # the first turn of a session with tools (always).
     extract_tool: Literal["always", "after_compaction"] = "after_compaction"
+    # Level 1 learns per session from what the model asks back (proxy.session.lookback): a
+    # tool whose reclaimed results come back often keeps more of them whole, or all of them.
+    adaptive_reclaim: bool = True
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
     # compactor's defaults (proxy.compaction.economics) apply to models not listed.

@@ -78,6 +78,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "max_retries": (0, "1", 3, 0, 1, 3),
     "compactor": ("a.f:C", "a.e:C", "a.g:C", "a.f:C", "a.e:C", "a.g:C"),
     "max_extract_rounds": (1, "2", 3, 1, 2, 3),
+    "adaptive_reclaim": (False, "on", "off", False, True, False),
     "extract_tool": (
         "always",
         "after_compaction",

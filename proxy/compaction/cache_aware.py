@@ -178,12 +178,14 @@ class CacheAwareCompactor(CompactorAbstract):
     def _tool_indices(self, conv: Conversation) -> list[int]:
         if not conv.toolcall_enabled:
             return []
+        keep = conv.reclaim_policy
         return [
             i
             for i, m in enumerate(conv.messages)
             if isinstance(m, RawOpenAIMessage)
             and m.key is not None  # the cheapest test first: most messages have no key
             and m.role == "tool"
+            and keep.get(m.key) != "keep"  # learned: the model reads these back
             and not content_to_text(m.content).startswith("[Compacted, ID: ")
         ]
 
@@ -192,14 +194,19 @@ class CacheAwareCompactor(CompactorAbstract):
         candidates = self._tool_indices(conv)
         protected: set[int] = set()
         budget = threshold * self.keep_tool_ratio
-        used = 0.0
+        used = count = 0.0
+        policy = conv.reclaim_policy
         for i in reversed(candidates):
+            # A doubled tool's results (`proxy.session.lookback`) count half: twice as many stay.
+            key = getattr(conv.messages[i], "key", None)
+            weight = 0.5 if policy and policy.get(key or "") == "double" else 1.0
             if protected and (
-                len(protected) >= self.toolcall_keep_max or used + sizes.tokens[i] > budget
+                count + weight > self.toolcall_keep_max or used + sizes.tokens[i] * weight > budget
             ):
                 break
             protected.add(i)
-            used += sizes.tokens[i]
+            used += sizes.tokens[i] * weight
+            count += weight
         reclaim = [i for i in candidates if i not in protected]
         removed = sum(sizes.tokens[i] - sizes.placeholder_tokens(i) for i in reclaim)
         rewrite = sum(sizes.tokens[reclaim[0] :]) - removed if reclaim else 0.0

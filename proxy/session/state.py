@@ -27,6 +27,7 @@ from proxy.session.hidden_rounds import (
     unmerge_all,
 )
 from proxy.session.history import token_count, tool_results
+from proxy.session.lookback import clean_counts
 from proxy.session.savings import clean as clean_savings
 from proxy.session.turn_log import TurnLog
 
@@ -131,6 +132,10 @@ class SessionState:
     # as a dict); None when there is none.
     ahead: dict[str, Any] | None = None
     ahead_seconds: float | None = None  # how long the last one used took to write
+    # What the model asked back (`proxy.session.lookback`): tool name -> [reclaimed, reads,
+    # reruns], and the hidden tool's searches [with hits, without].
+    lookback: dict[str, list[int]] = field(default_factory=dict)
+    searches: list[int] = field(default_factory=list)
 
     @property
     def compacted(self) -> bool:
@@ -172,6 +177,10 @@ class SessionState:
             known["total_tokens"] = None  # a bad usage value stored before it was checked
         if "savings" in known:
             known["savings"] = clean_savings(known["savings"])
+        if "lookback" in known or "searches" in known:
+            known["lookback"], known["searches"] = clean_counts(
+                known.get("lookback"), known.get("searches")
+            )
         text = known.pop("turn_log", None)
         turns = data.get("turns")  # before version 3: a list of records
         log = TurnLog(text) if isinstance(text, str) else TurnLog.of(turns or [])

@@ -37,6 +37,7 @@ from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
 from proxy.turn import ahead, savings
+from proxy.turn.lookback import TurnLookBack
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
@@ -89,9 +90,11 @@ class Pipeline:
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
+        self.turn.learn = bool(self.settings.adaptive_reclaim)
         self.turn.ahead = ahead.TurnAhead.of(app_state)  # summaries written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
+        self.looked = TurnLookBack()  # what the model asks back (`proxy.session.lookback`)
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
         self.continuations: list[tuple[Round, list[JSON]]] = []
         # Escalation after context-length refusals: the steps (built at the first refusal),
@@ -170,6 +173,7 @@ class Pipeline:
         if force_tokens is None:
             await self.turn.load()
             rb = self.turn.rb
+            self.looked.started(rb)
             keep = rb.state.pending_summary if rb is not None else None
             if keep is not None and rb is not None and self.compaction_enabled():
                 # An operator's summary, asked for without a key of the proxy's own: made
@@ -341,7 +345,8 @@ class Pipeline:
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
-        return answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
+        results = answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
+        return self.looked.answered(self.turn.rb, calls, results)
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)
@@ -427,6 +432,7 @@ class Pipeline:
             for rnd, results in self.continuations:  # later requests carry them again
                 message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
                 add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
+            looked = self.looked.settle(rb.state, self.request.state)
             needed = self.first_prompt or usage is not None
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
@@ -442,7 +448,8 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved, **ahead.fields(self.turn.ahead, self.cache_cold())},
+                    extra={"savings": saved, **ahead.fields(self.turn.ahead, self.cache_cold())}
+                    | looked,
                     now=self.arrived,
                 )
                 vec = savings.count(rb, saved)

@@ -62,6 +62,8 @@ class Turn:
     messages: Any = None
     # Add the extract tool only from the session's first compaction on (see upstream_tools).
     defer_extract_tool: bool = False
+    # Level 1 follows what the model asked back (`auto_compact.adaptive_reclaim`).
+    learn: bool = True
     # The process's writer (one write in flight per session); None: each save on its own.
     writer: SessionWriter | None = None
     # The client's body as orjson wrote it (`proxy.session.json_limits.Written`), or None.
@@ -87,6 +89,7 @@ class Turn:
         # A client with a tool of our tool's name gets the model's calls to it: no level-1
         # placeholder may send the model there (summaries still apply).
         rb.level1 = not self.wire.defines_extract_tool(self.wire.tools(self.body))
+        rb.learn = self.learn
         return rb
 
     def hashed(self) -> tuple[list[Any] | None, Written | None]:
