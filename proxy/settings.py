@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     summary_ahead: bool = True
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
-    # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the
+    # The cost-aware compactor's kept tail after a summary, in tokens (at most 3 % of the
     # threshold either way); the seed's compactor counts messages instead (summary_keep_max).
     tail_max_tokens: int = Field(default=3000, ge=0)
     escalation_rounds: int = Field(default=2, ge=0)

@@ -102,7 +102,7 @@ async def test_with_a_cheap_cache_it_waits_until_the_forgone_savings_pay_the_rew
     waited = 0
     for turns in range(25, 60):
         conv = sized(session(turns))
-        report = await run(conv, econ)
+        report = await run(conv, econ, patience=1.0)
         if report.level != "none":
             break
         waited += 1
@@ -170,7 +170,7 @@ def test_shared_prefix_summaries_are_priced_as_cached() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(growth=st.lists(st.integers(min_value=1, max_value=6), min_size=5, max_size=25))
-async def test_no_summary_until_the_session_regrew_what_the_last_one_removed(
+async def test_no_summary_until_the_session_regrew_half_what_the_last_one_removed(
     growth: list[int],
 ) -> None:
     econ = Economics(cache_factor=0.5, hit_ratio=1.0)
@@ -190,7 +190,7 @@ async def test_no_summary_until_the_session_regrew_what_the_last_one_removed(
         report = await run(conv, econ, calls)
         if report.level == "summary":
             if last_after is not None:
-                assert size - last_after > last_removed
+                assert size - last_after > 0.5 * last_removed
             assert report.estimated_tokens_after is not None
             last_after = report.estimated_tokens_after
             last_removed = size - last_after
@@ -198,10 +198,40 @@ async def test_no_summary_until_the_session_regrew_what_the_last_one_removed(
         assert sequence_errors(conv.completion_params()) == []
 
 
+def chat(turns: int, size: int) -> Conversation:
+    """A session whose observations come as user messages (mini-swe-agent's)."""
+    conv = Conversation()
+    conv.set_system_message_content("You are an agent.")
+    for i in range(turns):
+        conv.add_user_message(f"{i}:" + "x" * size)
+        conv.add_agent_message({"role": "assistant", "content": f"step {i}"})
+    return conv
+
+
+async def test_a_session_that_regrew_half_what_the_summary_removed_summarises_again() -> None:
+    """The last summary removed a little more than the session has regrown since (it is
+    back over the threshold): more than half of it, not all. Waiting for
+    all of it kept such sessions just under the threshold on level 1 alone (each crossing a
+    little further: corpus replays at 32k hovered for 10-20 turns)."""
+    conv = sized(chat(14, size=3000))  # no tool results: only a summary can remove anything
+    size = conv.total_tokens or 0
+    assert size > THRESHOLD
+    removed = size - 1_900 + 100
+    econ = Economics(  # it has earned its price long ago: only the loop guard may hold it
+        hit_ratio=0.0, turns=40, size_after_summary=1_900, removed_by_summary=removed
+    )
+    econ.accrued = 10**9
+    assert (await run(conv, econ)).level == "summary"
+    again = sized(chat(14, size=3000))
+    econ.size_after_summary, econ.removed_by_summary = 1_900, removed
+    econ.accrued = 10**9
+    assert (await run(again, econ, regrow_share=1.0)).level == "none"
+
+
 @pytest.mark.parametrize(
     ("kw", "bound"),
     [
-        ({}, THRESHOLD * 0.08),  # the share of the threshold
+        ({}, THRESHOLD * 0.03),  # the share of the threshold
         ({"tail_max_tokens": 300}, 300),  # the cap in tokens
         ({"tail_ratio": 0.5, "target_ratio": 0.2}, THRESHOLD * 0.2 - 1024),  # room under target
     ],
