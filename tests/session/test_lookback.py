@@ -18,6 +18,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from proxy.compaction.cache_aware import CacheAwareCompactor, _Sizes
+from proxy.compaction.economics import Economics
 from proxy.server.lookback_metrics import MAX_TOOL_LABELS, LookBackMetrics
 from proxy.session import lookback
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME
@@ -271,3 +273,20 @@ def test_metric_labels_of_tool_names_are_bounded() -> None:
     assert metrics.tool_label('bad"name\n') == "other"
     assert metrics.tool_label("x" * 65) == "other"
     assert metrics.tool_label(lookback.UNKNOWN) == "unknown"
+
+
+def test_a_tool_asked_back_a_fifth_of_the_time_keeps_twice_as_many_results() -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    for i in range(30):
+        messages.append({"role": "assistant", "tool_calls": [_call(f"c{i}", "read_file", "{}")]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 400})
+    compactor = CacheAwareCompactor(toolcall_keep_max=4, keep_tool_ratio=1.0)
+
+    def kept(counts: dict[str, list[int]]) -> int:
+        conv = rebuild(messages, SessionState(lookback=counts)).conversation
+        plan = compactor._reclaim_plan(_Sizes(conv, 10_000), 10_000, Economics())
+        return 30 - len(plan.reclaim)
+
+    assert kept({}) == 4
+    assert kept({"read_file": [10, 3, 0]}) == 8  # 30 %: twice as many
+    assert kept({"read_file": [10, 6, 0]}) == 30  # 60 %: none reclaimed
