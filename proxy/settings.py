@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     # Write a session's next summary in the background before the turn that needs it
     # (proxy.turn.ahead); off: the crossing turn waits for its summary.
     summary_ahead: bool = True
+    # Level 1 learns per session from what the model asks back (proxy.session.asked_back): a
+    # tool whose reclaimed results come back often keeps more of them whole, or all of them.
+    adaptive_reclaim: bool = True
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
     # The cost-aware compactor's kept tail after a summary, in tokens (at most 3 % of the
@@ -141,9 +144,6 @@ class Settings(BaseSettings):
     # (after_compaction: a session that never compacts costs what it costs direct), or from
     # the first turn of a session with tools (always).
     extract_tool: Literal["always", "after_compaction"] = "after_compaction"
-    # Level 1 learns per session from what the model asks back (proxy.session.lookback): a
-    # tool whose reclaimed results come back often keeps more of them whole, or all of them.
-    adaptive_reclaim: bool = True
     context_windows: dict[str, PositiveInt] = Field(default_factory=dict)
     # Cache-read price relative to uncached input, by model-name prefix; the cost-aware
     # compactor's defaults (proxy.compaction.economics) apply to models not listed.

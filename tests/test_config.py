@@ -71,6 +71,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     ),
     "summary_upstream_api_key": ("sk-s-f", "sk-s-e", "sk-s-g", "sk-s-f", "sk-s-e", "sk-s-g"),
     "summary_ahead": (False, "on", "off", False, True, False),
+    "adaptive_reclaim": (False, "on", "off", False, True, False),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
     "tail_max_tokens": (6, "7", 8, 6, 7, 8),
@@ -78,7 +79,6 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "max_retries": (0, "1", 3, 0, 1, 3),
     "compactor": ("a.f:C", "a.e:C", "a.g:C", "a.f:C", "a.e:C", "a.g:C"),
     "max_extract_rounds": (1, "2", 3, 1, 2, 3),
-    "adaptive_reclaim": (False, "on", "off", False, True, False),
     "extract_tool": (
         "always",
         "after_compaction",

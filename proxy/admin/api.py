@@ -32,7 +32,7 @@ from proxy.admin.view import content_text, is_mid_system, message_items, wire_ty
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
 from proxy.errors import InvalidRequest, NotFound
-from proxy.session import lookback
+from proxy.session import asked_back
 from proxy.session.history import HIDDEN_KEY_PREFIX
 from proxy.session.identity import session_header
 from proxy.session.rebuild import Rebuild
@@ -200,7 +200,7 @@ async def session_detail(request: Request) -> Response:
         "turns": state.turns,
         "savings": session_savings(state, price_table(request)),
         # What the model asked back, per tool, and level 1's policy for each.
-        "lookback": lookback.table(
+        "lookback": asked_back.table(
             state.lookback,
             state.searches,
             learning=bool(request.app.state.settings.adaptive_reclaim),

@@ -24,7 +24,7 @@ from proxy.admin.base import authorize, query_model, session_store, settled, sto
 from proxy.admin.times import parse_age, parse_time
 from proxy.compaction.prices import Prices
 from proxy.errors import InvalidRequest
-from proxy.session import lookback
+from proxy.session import asked_back
 from proxy.session.identity import session_header
 from proxy.session.savings import EARLIER, HOUR, PriceOf, Tally, split_key
 from proxy.session.state import SessionState
@@ -140,7 +140,7 @@ async def report(
 
 
 class AskedBack:
-    """Look-back counts (`proxy.session.lookback`) added up over sessions, by tool name."""
+    """Look-back counts (`proxy.session.asked_back`) added up over sessions, by tool name."""
 
     def __init__(self) -> None:
         self.tools: dict[str, list[int]] = {}
@@ -158,7 +158,7 @@ class AskedBack:
 
     def totals(self) -> dict[str, Any]:
         """Per tool: reclaimed, reads, re-runs and their rate; the searches; the sessions."""
-        found = lookback.table(self.tools, self.searches, learning=False)
+        found = asked_back.table(self.tools, self.searches, learning=False)
         rows = [{k: v for k, v in row.items() if k != "policy"} for row in found["tools"]]
         return {"sessions": self.sessions, "tools": rows, "searches": found["searches"]}
 

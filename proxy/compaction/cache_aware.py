@@ -208,7 +208,7 @@ class CacheAwareCompactor(CompactorAbstract):
         used = count = 0.0
         policy = conv.reclaim_policy
         for i in reversed(candidates):
-            # A doubled tool's results (`proxy.session.lookback`) count half: twice as many stay.
+            # A doubled tool's results (`proxy.session.asked_back`) count half: twice as many stay.
             key = getattr(conv.messages[i], "key", None)
             weight = 0.5 if policy and policy.get(key or "") == "double" else 1.0
             if protected and (

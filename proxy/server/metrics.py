@@ -7,7 +7,7 @@ time, the wire: chat, responses or messages), what the model asked back by tool
 (`request.state.lookback`, kept out of the log line) and the matched route's path template.
 Labels never carry a session id, a tenant, a key or a raw path: only route templates,
 statuses and small fixed vocabularies (tool names: capped and folded,
-`proxy.server.lookback_metrics`).
+`proxy.server.asked_back_metrics`).
 
 Under `--workers N` (proxy.server.workers) every worker's `Metrics(shared_dir=...)` keeps its
 values in files of prometheus_client's multiprocess mode, in a directory the main process
@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.server.lookback_metrics import LookBackMetrics
+from proxy.server.asked_back_metrics import LookBackMetrics
 from proxy.store import Store, StoreError
 
 __all__ = ["CONTENT_TYPE", "Metrics", "MetricsMiddleware", "metrics_endpoint"]

@@ -190,7 +190,7 @@ def _at(line: str) -> float:
 
 
 def _counts(first: SessionState, second: SessionState) -> dict[str, Any]:
-    """What the model asked back (`proxy.session.lookback`): each count the higher of the
+    """What the model asked back (`proxy.session.asked_back`): each count the higher of the
     two (both sides started from one stored state; neither turn's look-backs are lost
     when only one side saw any, and none is counted twice)."""
     tools = {name: list(row) for name, row in first.lookback.items()}

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy.session.asked_back import clean_counts
 from proxy.session.extract_tool import split_calls
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.hidden_rounds import (
@@ -27,7 +28,6 @@ from proxy.session.hidden_rounds import (
     unmerge_all,
 )
 from proxy.session.history import token_count, tool_results
-from proxy.session.lookback import clean_counts
 from proxy.session.savings import clean as clean_savings
 from proxy.session.turn_log import TurnLog
 
@@ -132,7 +132,7 @@ class SessionState:
     # as a dict); None when there is none.
     ahead: dict[str, Any] | None = None
     ahead_seconds: float | None = None  # how long the last one used took to write
-    # What the model asked back (`proxy.session.lookback`): tool name -> [reclaimed, reads,
+    # What the model asked back (`proxy.session.asked_back`): tool name -> [reclaimed, reads,
     # reruns], and the hidden tool's searches [with hits, without].
     lookback: dict[str, list[int]] = field(default_factory=dict)
     searches: list[int] = field(default_factory=list)

@@ -37,7 +37,7 @@ from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
 from proxy.turn import ahead, savings
-from proxy.turn.lookback import TurnLookBack
+from proxy.turn.asked_back import TurnLookBack
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
@@ -94,7 +94,6 @@ class Pipeline:
         self.turn.ahead = ahead.TurnAhead.of(app_state)  # summaries written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
-        self.looked = TurnLookBack()  # what the model asks back (`proxy.session.lookback`)
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
         self.continuations: list[tuple[Round, list[JSON]]] = []
         # Escalation after context-length refusals: the steps (built at the first refusal),
@@ -103,6 +102,7 @@ class Pipeline:
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
         self.measure = savings.Measure()  # what each upstream call was billed
+        self.looked = TurnLookBack()  # what the model asks back (`proxy.session.asked_back`)
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -345,8 +345,7 @@ class Pipeline:
 
     def extract_results(self, calls: list[JSON]) -> list[JSON]:
         self.extract_calls += len(calls)
-        results = answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
-        return self.looked.answered(self.turn.rb, calls, results)
+        return answer_messages(calls, self.turn.rb.originals if self.turn.rb else {})
 
     def rounds_left(self, done: int) -> bool:
         return self.turn.injected and done < int(self.settings.max_extract_rounds)
@@ -380,7 +379,7 @@ class Pipeline:
             self.note_first(rnd)
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and self.turn.injected:
-                results = self.extract_results(extract)
+                results = self.looked.answered(self.turn.rb, extract, self.extract_results(extract))
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
                     self.continuations.append((rnd, results))
                     body = self.current_body()  # as compacted, if a refusal escalated
@@ -432,10 +431,10 @@ class Pipeline:
             for rnd, results in self.continuations:  # later requests carry them again
                 message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
                 add_round(rb.state, len(rb.messages), round_entry(message, shown, results))
-            looked = self.looked.settle(rb.state, self.request.state)
             needed = self.first_prompt or usage is not None
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
+            looked = self.looked.settle(rb.state, self.request.state)
             if usage is not None:
                 ahead.bill_used(self.turn.ahead, self.measure)
                 saved = self.measure.record(

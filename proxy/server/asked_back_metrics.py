@@ -1,6 +1,6 @@
 """The look-back counters of `/metrics`: what the model asked back, by tool name.
 
-A turn's request state carries its `lookback` record (`proxy.turn.lookback.TurnLookBack.settle`):
+A turn's request state carries its `lookback` record (`proxy.turn.asked_back.TurnLookBack.settle`):
 results reclaimed, reads and re-runs by tool name, and searches with and without hits. Tool
 names are client input, so a label is the name only when it is a plain identifier of at
 most 64 characters, and one process labels at most `MAX_TOOL_LABELS` names; every other
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 MAX_TOOL_LABELS = 50
 _TOOL = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-_UNKNOWN = "(unknown)"  # proxy.session.lookback.UNKNOWN
+_UNKNOWN = "(unknown)"  # proxy.session.asked_back.UNKNOWN
 
 
 class LookBackMetrics:

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from proxy.compaction.cache_aware import CacheAwareCompactor, _Sizes
 from proxy.compaction.economics import Economics
-from proxy.server.lookback_metrics import MAX_TOOL_LABELS, LookBackMetrics
-from proxy.session import lookback
+from proxy.server.asked_back_metrics import MAX_TOOL_LABELS, LookBackMetrics
+from proxy.session import asked_back
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from proxy.session.rebuild import rebuild
 from proxy.session.state import SessionState
@@ -53,8 +53,8 @@ def test_a_signature_reads_arguments_canonically() -> None:
     b = _call("b", "read_file", '{"lines":[1,2],"path":"x.py"}')
     c = _call("c", "read_file", '{"path": "y.py", "lines": [1, 2]}')
     d = _call("d", "grep", '{"lines":[1,2],"path":"x.py"}')
-    assert lookback.signature(a) == lookback.signature(b)
-    assert len({lookback.signature(x) for x in (a, c, d)}) == 3
+    assert asked_back.signature(a) == asked_back.signature(b)
+    assert len({asked_back.signature(x) for x in (a, c, d)}) == 3
 
 
 def test_reruns_match_only_results_reclaimed_before_the_new_messages() -> None:
@@ -69,8 +69,8 @@ def test_reruns_match_only_results_reclaimed_before_the_new_messages() -> None:
         {"role": "assistant", "tool_calls": [_call("c4", "read_file", '{"path": "b"}')]},
     ]
     keys = {2: "c1", 4: "c2"}
-    assert lookback.reruns(messages, keys, ["c1"], 5) == ["read_file"]
-    assert lookback.reruns(messages, keys, [], 5) == []
+    assert asked_back.reruns(messages, keys, ["c1"], 5) == ["read_file"]
+    assert asked_back.reruns(messages, keys, [], 5) == []
 
 
 @pytest.mark.parametrize(
@@ -86,26 +86,26 @@ def test_reruns_match_only_results_reclaimed_before_the_new_messages() -> None:
     ],
 )
 def test_the_policy_follows_the_retrieval_rate(row: list[int], expected: str | None) -> None:
-    assert lookback.policy({"t": row}).get("t") == expected
+    assert asked_back.policy({"t": row}).get("t") == expected
 
 
 def test_stored_counts_are_cleaned_and_bounded() -> None:
-    many = {f"tool{i}": [1, 2, 3] for i in range(lookback.MAX_TOOLS + 10)}
-    tools, searches = lookback.clean_counts({**many, "x": "bad"}, [1, -2, 3])
-    assert len(tools) == lookback.MAX_TOOLS and searches == [1, 0]
-    counts = lookback.Counts(tools, searches)
-    assert counts.add("a-new-tool", lookback.READS) == lookback.OTHER
+    many = {f"tool{i}": [1, 2, 3] for i in range(asked_back.MAX_TOOLS + 10)}
+    tools, searches = asked_back.clean_counts({**many, "x": "bad"}, [1, -2, 3])
+    assert len(tools) == asked_back.MAX_TOOLS and searches == [1, 0]
+    counts = asked_back.Counts(tools, searches)
+    assert counts.add("a-new-tool", asked_back.READS) == asked_back.OTHER
     state = SessionState.from_dict({"lookback": {"t": [1, True, "2"]}, "searches": None})
     assert state.lookback == {"t": [1, 0, 0]} and state.searches == []
 
 
 def test_a_search_without_hits_is_told_apart() -> None:
-    assert lookback.found("3 hits:\n[id c1] turn 4, read_file: ...")
-    assert not lookback.found("No matches for 'foo'.")
-    assert not lookback.found("[Error] extract_compacted_tool_result needs a JSON argument")
+    assert asked_back.found("3 hits:\n[id c1] turn 4, read_file: ...")
+    assert not asked_back.found("No matches for 'foo'.")
+    assert not asked_back.found("[Error] extract_compacted_tool_result needs a JSON argument")
     query = _call("x", EXTRACT_TOOL_NAME, '{"query": "foo"}')
     read = _call("y", EXTRACT_TOOL_NAME, '{"toolcall_id": "c1"}')
-    assert lookback.kind(query) == "search" and lookback.kind(read) == "read"
+    assert asked_back.kind(query) == "search" and asked_back.kind(read) == "read"
 
 
 def test_the_cost_aware_level_1_keeps_a_learned_tools_results() -> None:
@@ -219,7 +219,7 @@ def test_a_tool_the_model_keeps_reading_stops_being_reclaimed(
     proxy, detail = _run(fake_upstream, make_proxy, openai_client)
     read, tests = _tool_row(detail, "read_file"), _tool_row(detail, "run_tests")
     assert read["policy"] == "keep" and tests["policy"] == "reclaim", detail["lookback"]
-    assert read["reads"] >= lookback.MIN_RECLAIMED
+    assert read["reads"] >= asked_back.MIN_RECLAIMED
     # Once learned, no read_file result is reclaimed again; run_tests' still are.
     after = _reclaimed_after_first(detail)
     assert after["read_file"] == 0 and after["run_tests"] >= 3, after
@@ -248,7 +248,7 @@ def test_with_adaptive_reclaim_off_the_tool_is_reclaimed_as_before(
     read = _tool_row(detail, "read_file")
     assert read["policy"] == "off" and read["rate"] is not None and read["rate"] > 0.5
     assert _reclaimed_after_first(detail)["read_file"] >= 3
-    assert max(p.get("read_file", 0) for p in model.placeholders) > lookback.MIN_RECLAIMED + 1
+    assert max(p.get("read_file", 0) for p in model.placeholders) > asked_back.MIN_RECLAIMED + 1
 
 
 def test_a_re_run_of_a_reclaimed_result_is_counted(
@@ -272,7 +272,7 @@ def test_metric_labels_of_tool_names_are_bounded() -> None:
     assert metrics.tool_label("tool_0") == "tool_0"  # one already labelled stays itself
     assert metrics.tool_label('bad"name\n') == "other"
     assert metrics.tool_label("x" * 65) == "other"
-    assert metrics.tool_label(lookback.UNKNOWN) == "unknown"
+    assert metrics.tool_label(asked_back.UNKNOWN) == "unknown"
 
 
 def test_a_tool_asked_back_a_fifth_of_the_time_keeps_twice_as_many_results() -> None:

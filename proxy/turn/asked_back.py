@@ -1,4 +1,4 @@
-"""What one turn's model asked back, counted for the session (`proxy.session.lookback`).
+"""What one turn's model asked back, counted for the session (`proxy.session.asked_back`).
 
 `TurnLookBack` notes, as the turn goes, the client's tool calls that re-run a reclaimed
 result (`started`, on the request's new messages) and the proxy's answers to the hidden
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.session import lookback
+from proxy.session import asked_back
 from proxy.session.extract_tool import is_extract_call
 from proxy.session.rebuild import Rebuild
 from proxy.session.state import SessionState
@@ -46,52 +46,52 @@ class TurnLookBack:
         if rb is None:
             return
         state = rb.state
-        self.before = {name: row[lookback.RECLAIMED] for name, row in state.lookback.items()}
+        self.before = {name: row[asked_back.RECLAIMED] for name, row in state.lookback.items()}
         start = rb.new_from
         if rb.reset_reason is not None or not state.reclaimed:
             return
         if not _calls_from(rb.messages, start):
             return
-        for name in lookback.reruns(rb.messages, rb.keys, state.reclaimed, start):
+        for name in asked_back.reruns(rb.messages, rb.keys, state.reclaimed, start):
             self.reruns[name] = self.reruns.get(name, 0) + 1
 
     def answered(self, rb: Rebuild | None, calls: list[JSON], results: list[JSON]) -> list[JSON]:
         """Count the proxy's answers to hidden calls (searches, and reads by the tool read);
         the answers, as they are."""
         for call, result in zip(calls, results, strict=False):
-            kind = lookback.kind(call)
+            kind = asked_back.kind(call)
             if kind == "search":
-                if lookback.found(result.get("content")):
+                if asked_back.found(result.get("content")):
                     self.hits += 1
                 else:
                     self.empty += 1
             elif kind == "read":
-                name = self._name_of(rb, lookback.requested(call))
+                name = self._name_of(rb, asked_back.requested(call))
                 self.reads[name] = self.reads.get(name, 0) + 1
         return results
 
     def _name_of(self, rb: Rebuild | None, key: str | None) -> str:
         if rb is None or key is None:
-            return lookback.UNKNOWN
+            return asked_back.UNKNOWN
         if self._names is None:
             self._names = rb.tool_names()
-        return self._names.get(key, lookback.UNKNOWN)
+        return self._names.get(key, asked_back.UNKNOWN)
 
     def settle(self, state: SessionState, request_state: Any) -> JSON:
         """Count the turn's look-backs for the session (once); what its record carries.
 
         The request's state gets the record too (`lookback`, for `/metrics`), and its log
         line the counts without tool names: logs carry no client content."""
-        counts = lookback.Counts(state.lookback, state.searches)
-        reads = {counts.add(n, lookback.READS, k): k for n, k in self.reads.items()}
-        reruns = {counts.add(n, lookback.RERUNS, k): k for n, k in self.reruns.items()}
+        counts = asked_back.Counts(state.lookback, state.searches)
+        reads = {counts.add(n, asked_back.READS, k): k for n, k in self.reads.items()}
+        reruns = {counts.add(n, asked_back.RERUNS, k): k for n, k in self.reruns.items()}
         for hit, n in ((True, self.hits), (False, self.empty)):
             for _ in range(n):
                 counts.search(hit)
         reclaimed = {
             name: got
             for name, row in state.lookback.items()
-            if (got := row[lookback.RECLAIMED] - self.before.get(name, 0)) > 0
+            if (got := row[asked_back.RECLAIMED] - self.before.get(name, 0)) > 0
         }
         record: JSON = {}
         for field, value in (("reclaimed", reclaimed), ("reads", reads), ("reruns", reruns)):
@@ -100,7 +100,7 @@ class TurnLookBack:
         if self.hits or self.empty:
             record["searches"] = {"hits": self.hits, "empty": self.empty}
         self.reads, self.reruns, self.hits, self.empty = {}, {}, 0, 0
-        self.before = {name: row[lookback.RECLAIMED] for name, row in state.lookback.items()}
+        self.before = {name: row[asked_back.RECLAIMED] for name, row in state.lookback.items()}
         if not record:
             return {}
         request_state.lookback = record
