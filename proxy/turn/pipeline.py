@@ -37,7 +37,6 @@ from proxy.session.state import add_hidden, add_round
 from proxy.store.base import SessionKey
 from proxy.trail import counts as trail_counts
 from proxy.turn import ahead, savings
-from proxy.turn.asked_back import TurnLookBack
 from proxy.turn.session_turn import Turn
 from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
@@ -102,7 +101,6 @@ class Pipeline:
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
         self.measure = savings.Measure()  # what each upstream call was billed
-        self.looked = TurnLookBack()  # what the model asks back (`proxy.session.asked_back`)
         self.upstream_headers: list[tuple[str, str]] = []
         self.log_fields: dict[str, Any] = getattr(request.state, "log_fields", None) or {}
         request.state.log_fields = self.log_fields
@@ -173,7 +171,6 @@ class Pipeline:
         if force_tokens is None:
             await self.turn.load()
             rb = self.turn.rb
-            self.looked.started(rb)
             keep = rb.state.pending_summary if rb is not None else None
             if keep is not None and rb is not None and self.compaction_enabled():
                 # An operator's summary, asked for without a key of the proxy's own: made
@@ -379,7 +376,9 @@ class Pipeline:
             self.note_first(rnd)
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and self.turn.injected:
-                results = self.looked.answered(self.turn.rb, extract, self.extract_results(extract))
+                results = self.turn.looked.answered(
+                    self.turn.rb, extract, self.extract_results(extract)
+                )
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
                     self.continuations.append((rnd, results))
                     body = self.current_body()  # as compacted, if a refusal escalated
@@ -434,7 +433,7 @@ class Pipeline:
             needed = self.first_prompt or usage is not None
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
-            looked = self.looked.settle(rb.state, self.request.state)
+            looked = self.turn.looked.settle(rb.state, self.request.state)
             if usage is not None:
                 ahead.bill_used(self.turn.ahead, self.measure)
                 saved = self.measure.record(

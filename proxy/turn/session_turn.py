@@ -28,6 +28,7 @@ from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
 from proxy.turn.ahead import TurnAhead
+from proxy.turn.asked_back import TurnLookBack
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.turn.saving import SETTLE_WAIT_S, SessionWriter, parse_state, save_turn, take_decoded
 from proxy.wire.base import Wire
@@ -62,8 +63,10 @@ class Turn:
     messages: Any = None
     # Add the extract tool only from the session's first compaction on (see upstream_tools).
     defer_extract_tool: bool = False
-    # Level 1 follows what the model asked back (`auto_compact.adaptive_reclaim`).
+    # Level 1 follows what the model asked back (`auto_compact.adaptive_reclaim`), and what
+    # it asks back in this turn (`proxy.turn.asked_back`).
     learn: bool = True
+    looked: TurnLookBack = field(default_factory=TurnLookBack)
     # The process's writer (one write in flight per session); None: each save on its own.
     writer: SessionWriter | None = None
     # The client's body as orjson wrote it (`proxy.session.json_limits.Written`), or None.
@@ -151,6 +154,7 @@ class Turn:
             # that opens with a provider's compaction: that is the session going on.)
             self.rb = None
             self.degraded = "side_request"
+        self.looked.started(self.rb)  # the session's counts, and the re-runs it sends
 
     async def refresh(self) -> bool:
         """Rebuild from the stored state if its version moved; True when it did.

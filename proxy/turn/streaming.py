@@ -15,7 +15,6 @@ from starlette.responses import Response
 
 from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
-from proxy.turn.asked_back import TurnLookBack
 from proxy.turn.session_turn import Turn
 from proxy.upstream.client import UpstreamResponse, read_response, timed_chunks
 from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
@@ -32,7 +31,6 @@ class Rounds(Protocol):
     turn: Turn
     continuations: list[tuple[Round, list[JSON]]]
     upstream_ms: float
-    looked: TurnLookBack
 
     def note_first(self, rnd: Round) -> None: ...
     def extract_results(self, calls: list[JSON]) -> list[JSON]: ...
@@ -59,7 +57,7 @@ async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIt
             last_usage = rnd.usage or last_usage
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and p.turn.injected:
-                results = p.looked.answered(p.turn.rb, extract, p.extract_results(extract))
+                results = p.turn.looked.answered(p.turn.rb, extract, p.extract_results(extract))
                 if rnd.only_extract and p.rounds_left(rounds):
                     rounds += 1
                     await drain(resp)
