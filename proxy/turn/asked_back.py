@@ -39,10 +39,12 @@ class TurnLookBack:
         self.reruns: dict[str, int] = {}
         self.hits = self.empty = 0
         self.before: dict[str, int] = {}  # each tool's reclaimed count when the turn began
+        self.rb: Rebuild | None = None  # the request as loaded (its messages name the tools)
         self._names: dict[str, str] | None = None
 
     def started(self, rb: Rebuild | None) -> None:
         """Note the session's counts, and the new tool calls that re-run a reclaimed result."""
+        self.rb = rb
         if rb is None:
             return
         state = rb.state
@@ -55,7 +57,7 @@ class TurnLookBack:
         for name in asked_back.reruns(rb.messages, rb.keys, state.reclaimed, start):
             self.reruns[name] = self.reruns.get(name, 0) + 1
 
-    def answered(self, rb: Rebuild | None, calls: list[JSON], results: list[JSON]) -> list[JSON]:
+    def answered(self, calls: list[JSON], results: list[JSON]) -> list[JSON]:
         """Count the proxy's answers to hidden calls (searches, and reads by the tool read);
         the answers, as they are."""
         for call, result in zip(calls, results, strict=False):
@@ -66,15 +68,15 @@ class TurnLookBack:
                 else:
                     self.empty += 1
             elif kind == "read":
-                name = self._name_of(rb, asked_back.requested(call))
+                name = self._name_of(asked_back.requested(call))
                 self.reads[name] = self.reads.get(name, 0) + 1
         return results
 
-    def _name_of(self, rb: Rebuild | None, key: str | None) -> str:
-        if rb is None or key is None:
+    def _name_of(self, key: str | None) -> str:
+        if self.rb is None or key is None:
             return asked_back.UNKNOWN
         if self._names is None:
-            self._names = rb.tool_names()
+            self._names = self.rb.tool_names()
         return self._names.get(key, asked_back.UNKNOWN)
 
     def settle(self, state: SessionState, request_state: Any) -> JSON:

@@ -376,9 +376,7 @@ class Pipeline:
             self.note_first(rnd)
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and self.turn.injected:
-                results = self.turn.looked.answered(
-                    self.turn.rb, extract, self.extract_results(extract)
-                )
+                results = self.turn.looked.answered(extract, self.extract_results(extract))
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
                     self.continuations.append((rnd, results))
                     body = self.current_body()  # as compacted, if a refusal escalated
