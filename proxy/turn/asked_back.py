@@ -76,7 +76,7 @@ class TurnLookBack:
         if self.rb is None or key is None:
             return asked_back.UNKNOWN
         if self._names is None:
-            self._names = self.rb.tool_names()
+            self._names = asked_back.names_by_key(self.rb.messages, self.rb.keys)
         return self._names.get(key, asked_back.UNKNOWN)
 
     def settle(self, state: SessionState, request_state: Any) -> JSON:
