@@ -144,6 +144,11 @@ def clean_counts(tools: Any, searches: Any) -> tuple[dict[str, list[int]], list[
     return kept, [_count(v) for v in pair[:2]]
 
 
+def tidy(state: Any) -> None:
+    """Clean a state's stored counts in place (`lookback`, `searches`), as read back."""
+    state.lookback, state.searches = clean_counts(state.lookback, state.searches)
+
+
 class Counts:
     """A session's counts (the state's `lookback` and `searches`), changed in place."""
 
@@ -289,5 +294,6 @@ __all__ = [
     "reruns",
     "signature",
     "table",
+    "tidy",
     "tool_name",
 ]

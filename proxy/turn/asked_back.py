@@ -48,6 +48,7 @@ class TurnLookBack:
         if rb is None:
             return
         state = rb.state
+        asked_back.tidy(state)  # as stored: a damaged record loses only what is wrong in it
         self.before = {name: row[asked_back.RECLAIMED] for name, row in state.lookback.items()}
         start = rb.new_from
         if rb.reset_reason is not None or not state.reclaimed:

@@ -96,6 +96,7 @@ def test_stored_counts_are_cleaned_and_bounded() -> None:
     counts = asked_back.Counts(tools, searches)
     assert counts.add("a-new-tool", asked_back.READS) == asked_back.OTHER
     state = SessionState.from_dict({"lookback": {"t": [1, True, "2"]}, "searches": None})
+    asked_back.tidy(state)  # as a turn reads it
     assert state.lookback == {"t": [1, 0, 0]} and state.searches == []
 
 
