@@ -135,6 +135,8 @@ class SessionState:
     # as a dict); None when there is none.
     ahead: dict[str, Any] | None = None
     ahead_seconds: float | None = None  # how long the last one used took to write
+    lookback: dict[str, list[int]] = field(default_factory=dict)  # proxy.session.asked_back
+    searches: list[int] = field(default_factory=list)  # its searches: [with hits, without]
 
     @property
     def compacted(self) -> bool:

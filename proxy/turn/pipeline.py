@@ -89,6 +89,7 @@ class Pipeline:
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
+        self.turn.learn = bool(self.settings.adaptive_reclaim)
         self.turn.ahead = summary_ahead.TurnAhead.of(app_state)  # written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
@@ -384,7 +385,7 @@ class Pipeline:
             self.note_first(rnd)
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and self.turn.injected:
-                results = self.extract_results(extract)
+                results = self.turn.looked.answered(extract, self.extract_results(extract))
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
                     self.continuations.append((rnd, results))
                     body = self.current_body()  # as compacted, if a refusal escalated
@@ -440,6 +441,7 @@ class Pipeline:
             needed = self.first_prompt or usage is not None
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
+            looked = self.turn.looked.settle(rb.state, self.request.state)
             if usage is not None:
                 summary_ahead.bill_used(self.turn.ahead, self.measure)
                 saved = self.measure.record(
@@ -453,7 +455,7 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved, **ahead},
+                    extra={"savings": saved, **ahead} | looked,
                     now=self.arrived,
                 )
                 vec = billing.count(rb, saved)
