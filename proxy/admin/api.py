@@ -28,7 +28,7 @@ from proxy.admin.base import (
     store_failed,
 )
 from proxy.admin.manual_compact import compact_session
-from proxy.admin.savings import price_table, savings_endpoint, session_savings
+from proxy.admin.savings_report import price_table, savings_endpoint, session_savings
 from proxy.admin.view import content_text, is_mid_system, message_items, wire_type
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text

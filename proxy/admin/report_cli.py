@@ -1,4 +1,4 @@
-"""`xun-proxy report`: the savings report (`proxy.admin.savings`) printed from a store.
+"""`xun-proxy report`: the savings report (`proxy.admin.savings_report`) printed from a store.
 
     xun-proxy report [--since 24h] [--until TIME] [--by model|tenant|session]
                      [--format table|json|csv] [--prices FILE] [--store URL]
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from proxy.admin.savings import BY, check_window, report, when
+from proxy.admin.savings_report import BY, check_window, report, when
 from proxy.compaction.prices import Prices
 from proxy.settings import load_settings
 from proxy.store import StoreError, open_store

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from proxy import __version__
 from proxy.admin.base import CompactBody, DetailQuery, ListQuery
-from proxy.admin.savings import SavingsQuery
+from proxy.admin.savings_report import SavingsQuery
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 

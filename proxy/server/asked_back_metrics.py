@@ -1,10 +1,11 @@
 """The look-back counters of `/metrics`: what the model asked back, by tool name.
 
-A turn's request state carries its `lookback` record (`proxy.turn.asked_back.TurnLookBack.settle`):
-results reclaimed, reads and re-runs by tool name, and searches with and without hits. Tool
-names are client input, so a label is the name only when it is a plain identifier of at
-most 64 characters, and one process labels at most `MAX_TOOL_LABELS` names; every other
-name counts as `other`, and a read of no known result as `unknown`.
+A turn's request state carries its `lookback` record
+(`proxy.turn.asked_back_tally.TurnLookBack.settle`): results reclaimed, reads and re-runs by
+tool name, and searches with and without hits. Tool names are client input, so a label is the
+name only when it is a plain identifier of at most 64 characters, and one process labels at
+most `MAX_TOOL_LABELS` names; every other name counts as `other`, and a read of no known
+result as `unknown`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
-from proxy.turn.asked_back import TurnLookBack
+from proxy.turn.asked_back_tally import TurnLookBack
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.turn.persist import SETTLE_WAIT_S, SessionWriter, save_turn, stored_state, take_decoded
 from proxy.turn.summary_ahead import TurnAhead
@@ -65,7 +65,7 @@ class Turn:
     # Add the extract tool only from the session's first compaction on (see upstream_tools).
     defer_extract_tool: bool = False
     # Level 1 follows what the model asked back (`auto_compact.adaptive_reclaim`), and what
-    # it asks back in this turn (`proxy.turn.asked_back`).
+    # it asks back in this turn (`proxy.turn.asked_back_tally`).
     learn: bool = True
     looked: TurnLookBack = field(default_factory=TurnLookBack)
     # The process's writer (one write in flight per session); None: each save on its own.

@@ -1,4 +1,4 @@
-"""The savings report (proxy.admin.savings) read from each store: memory, SQLite and Redis,
+"""The savings report (proxy.admin.savings_report) read from each store: memory, SQLite and Redis,
 and `xun-proxy report` on a Redis store. The states are hand-made: two tenants, two models,
 turns in two hours, and one shadow turn whose projected saving stays apart."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy.admin.savings import report, when
+from proxy.admin.savings_report import report, when
 from proxy.cli import main
 from proxy.compaction.prices import Prices
 from proxy.session.savings_record import HOUR, Tokens, fold, turn_savings
