@@ -175,6 +175,13 @@ def _add_session_flags(serve: argparse.ArgumentParser) -> None:
         help="write summaries in the background before the turn that needs them (default on)",
     )
     add(
+        "--adaptive-reclaim",
+        dest="adaptive_reclaim",
+        choices=["on", "off"],
+        help="stop or slow the reclaiming of a tool's results that the model keeps asking "
+        "back, per session (default on)",
+    )
+    add(
         "--session-header",
         dest="session_headers",
         metavar="NAME",

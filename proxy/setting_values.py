@@ -105,6 +105,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("compactor", "auto_compact.compactor", "XUN_COMPACTOR"),
     Option("max_extract_rounds", "auto_compact.max_extract_rounds", "XUN_MAX_EXTRACT_ROUNDS"),
     Option("extract_tool", "auto_compact.extract_tool", "XUN_EXTRACT_TOOL"),
+    Option(
+        "adaptive_reclaim",
+        "auto_compact.adaptive_reclaim",
+        "XUN_ADAPTIVE_RECLAIM",
+        "--adaptive-reclaim",
+    ),
     Option("context_windows", "auto_compact.context_windows", "XUN_CONTEXT_WINDOWS"),
     Option("cache_read_factors", "auto_compact.cache_read_factors", "XUN_CACHE_READ_FACTORS"),
     Option("cache_write_factors", "auto_compact.cache_write_factors", "XUN_CACHE_WRITE_FACTORS"),

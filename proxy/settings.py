@@ -133,9 +133,12 @@ class Settings(BaseSettings):
     # Summaries written ahead waiting on the upstream at once, across sessions (None: a quarter
     # of max_upstream_connections); more wait for a later turn (proxy.turn.summary_ahead_limits).
     summary_ahead_connections: int | None = Field(default=None, gt=0)
+    # Level 1 learns per session from what the model asks back (proxy.session.asked_back): a
+    # tool whose reclaimed results come back often keeps more of them whole, or all of them.
+    adaptive_reclaim: bool = True
     toolcall_keep_max: int = Field(default=12, ge=0)
     summary_keep_max: int = Field(default=16, ge=0)
-    # The cost-aware compactor's kept tail after a summary, in tokens (at most 8 % of the
+    # The cost-aware compactor's kept tail after a summary, in tokens (at most 3 % of the
     # threshold either way); the seed's compactor counts messages instead (summary_keep_max).
     tail_max_tokens: int = Field(default=3000, ge=0)
     escalation_rounds: int = Field(default=2, ge=0)

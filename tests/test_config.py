@@ -73,6 +73,7 @@ VALUES: dict[str, tuple[Any, str, Any, Any, Any, Any]] = {
     "summary_ahead": (False, "on", "off", False, True, False),
     "summary_ahead_connections": (3, "4", 5, 3, 4, 5),
     "shadow_budget": (1.5, "2.5", 3.5, 1.5, 2.5, 3.5),
+    "adaptive_reclaim": (False, "on", "off", False, True, False),
     "toolcall_keep_max": (3, "4", 5, 3, 4, 5),
     "summary_keep_max": (6, "7", 8, 6, 7, 8),
     "tail_max_tokens": (6, "7", 8, 6, 7, 8),

@@ -33,6 +33,7 @@ from proxy.admin.view import content_text, is_mid_system, message_items, wire_ty
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt, content_to_text
 from proxy.errors import InvalidRequest, NotFound
+from proxy.session import asked_back
 from proxy.session.history import HIDDEN_KEY_PREFIX
 from proxy.session.identity import session_header
 from proxy.session.rebuild import Rebuild
@@ -199,6 +200,12 @@ async def session_detail(request: Request) -> Response:
         "reclaimed": list(state.reclaimed),
         "turns": state.turns,
         "savings": session_savings(state, price_table(request)),
+        # What the model asked back, per tool, and level 1's policy for each.
+        "lookback": asked_back.table(
+            state.lookback,
+            state.searches,
+            learning=bool(request.app.state.settings.adaptive_reclaim),
+        ),
         "last_compaction": state.last_compaction,
         "pending_summary": state.pending_summary is not None,
         "conversation": None if rb is None else history(rb, query.truncate),

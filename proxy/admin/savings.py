@@ -3,9 +3,10 @@
 `report` reads the hourly totals each session keeps in its state (`proxy.session.savings_record`)
 for the sessions updated in the window, and adds them up: in all, by group (`session`,
 `model` or `tenant`), per hour (`series`), and the shadow turns' projected savings apart.
-Hours are the unit: a window takes every hour it starts in. `GET /admin/savings` answers it
-as JSON and `xun-proxy report` prints it (`proxy.admin.report_cli`); `session_savings` is one
-session's own totals, for its detail.
+Hours are the unit: a window takes every hour it starts in. Beside them, `lookback`: what
+the models of those sessions asked back of what compaction took, by tool name.
+`GET /admin/savings` answers it as JSON and `xun-proxy report` prints it
+(`proxy.admin.report_cli`); `session_savings` is one session's own totals, for its detail.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from proxy.admin.base import authorize, query_model, session_store, settled, sto
 from proxy.admin.times import parse_age, parse_time
 from proxy.compaction.prices import Prices
 from proxy.errors import InvalidRequest
+from proxy.session import asked_back
 from proxy.session.identity import session_header
 from proxy.session.savings_record import EARLIER, HOUR, PriceOf, Tally, split_key
 from proxy.session.state import SessionState
@@ -99,7 +101,10 @@ async def report(
     sessions = await _sessions(store, None if start is None else start - 1)
     totals, groups, hours = Tally(), dict[str, Tally](), dict[int, Tally]()
     labels: dict[str, dict[str, Any]] = {}
+    asked = AskedBack()  # what the models asked back, over the sessions in the window
     for info, state in sessions:
+        if state.lookback or state.searches:
+            asked.add(state)
         for key, vec in state.savings.items():
             hour, model = split_key(key)
             if start is not None and (hour == EARLIER or hour < start):
@@ -130,7 +135,32 @@ async def report(
             {"t": hour, "time": iso(hour), **hours[hour].totals()} for hour in sorted(hours)
         ],
         "projected": totals.projected(),
+        "lookback": asked.totals(),
     }
+
+
+class AskedBack:
+    """Look-back counts (`proxy.session.asked_back`) added up over sessions, by tool name."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, list[int]] = {}
+        self.searches = [0, 0]
+        self.sessions = 0
+
+    def add(self, state: SessionState) -> None:
+        self.sessions += 1
+        for name, row in state.lookback.items():
+            kept = self.tools.setdefault(name, [0, 0, 0])
+            for i, n in enumerate(row[:3]):
+                kept[i] += n
+        for i, n in enumerate(state.searches[:2]):
+            self.searches[i] += n
+
+    def totals(self) -> dict[str, Any]:
+        """Per tool: reclaimed, reads, re-runs and their rate; the searches; the sessions."""
+        found = asked_back.table(self.tools, self.searches, learning=False)
+        rows = [{k: v for k, v in row.items() if k != "policy"} for row in found["tools"]]
+        return {"sessions": self.sessions, "tools": rows, "searches": found["searches"]}
 
 
 # -- the route -------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "getSavings",
                 "summary": "Tokens and money saved in a time window: totals, groups, hourly "
-                "series, and shadow turns' projected savings apart",
+                "series, shadow turns' projected savings apart, and what the models asked "
+                "back by tool",
                 "parameters": _query_parameters(SavingsQuery),
                 "responses": _responses("the savings report", obj, 400),
             }
@@ -98,7 +99,8 @@ def _paths() -> dict[str, Any]:
         "/admin/sessions/{id}": {
             "get": {
                 "operationId": "getSession",
-                "summary": "State, summary, counters, turns and the upstream's view",
+                "summary": "State, summary, counters, turns, what the model asked back (with "
+                "level 1's policy per tool) and the upstream's view",
                 "parameters": [session_id, *_query_parameters(DetailQuery)],
                 "responses": _responses("the session", obj, 400, 404),
             },

@@ -13,7 +13,9 @@ summary in the system message) and changes the decisions:
   over the expected remaining turns, outweigh re-sending the rewritten part uncached (written
   into the cache again at the model's cache-write price) plus the summary call; otherwise it
   waits, but never past the model's window (the hard ceiling);
-- no loops: no new summary until the session grew by more than the last one removed;
+- no loops: no new summary until the session grew by more than half of what the last one
+  removed (`regrow_share`; all of it made a session that crossed the threshold by less than
+  its last crossing hover just under it, on level 1 alone);
 - cold cache: after a pause longer than the provider keeps its prompt cache
   (`proxy.compaction.cache_life`), the request pays its whole prompt uncached anyway, so the
   rewrite is free (`Economics.cache_cold`) and a session waiting for break-even compacts then.
@@ -102,19 +104,28 @@ class CacheAwareCompactor(CompactorAbstract):
     # Every later turn re-sends what a compaction keeps, so the per-turn cost grows with the
     # tail (BENCHMARKS.md section 5); the tail holds what the model needs to go on (the last
     # exchanges), which does not grow with the model's window.
+    # 3 % of the threshold (8 % before): the tail is re-sent on every turn until the next
+    # summary, and what it held is still one search or read away (the extract tool).
     target_ratio: float = 0.3
-    tail_ratio: float = 0.08
+    tail_ratio: float = 0.03
     tail_max_tokens: int = 3000
-    keep_tool_ratio: float = 0.1
+    # The newest tool results kept whole at a reclaim: within 5 % of the threshold (10 %
+    # before), and at most `toolcall_keep_max`.
+    keep_tool_ratio: float = 0.05
     toolcall_keep_max: int = 12
     # Compact once the savings forgone while waiting reach this multiple of the cost: 1.0
     # is rent-or-buy's break-even (buy once the rent paid equals the price). 2.0 waited too
     # long once rewrites were priced in full (cache writes, the tools block of the first
     # compaction): sessions that ended soon after their compaction cost more than direct
-    # (BENCHMARKS.md, "Cache-write prices").
-    patience: float = 1.0
+    # (BENCHMARKS.md, "Cache-write prices"). 0.5: agent sessions that cross the threshold
+    # go on for many turns more than their age foretells (the horizon), so half the price
+    # earned is enough; over the corpus none costs more than direct at 1.25x writes, at
+    # 16k, 32k or 64k, and prompt tokens fall 1.2 points further at 32k.
+    patience: float = 0.5
     # Plans are compared by what they save over this many turns (at least), net of cost.
     min_horizon: float = 4.0
+    # No loops: a new summary once the session regrew this share of what the last removed.
+    regrow_share: float = 0.5
     shares_prefix: bool | None = None
     # Ask the proxy for summary requests that repeat the cached conversation (see Summarizer).
     summary_shares_prefix: ClassVar[bool] = True
@@ -157,7 +168,7 @@ class CacheAwareCompactor(CompactorAbstract):
         forced = total >= econ.ceiling()
         reclaim = self._reclaim_plan(sizes, threshold, econ)
         plans: list[Plan] = [reclaim]
-        if forced or econ.may_summarize(total):
+        if forced or econ.may_summarize(total, self.regrow_share):
             summary = self._summary_plan(sizes, threshold, reclaim, agent, econ)
             if summary is not None:
                 plans.append(summary)
@@ -178,12 +189,14 @@ class CacheAwareCompactor(CompactorAbstract):
     def _tool_indices(self, conv: Conversation) -> list[int]:
         if not conv.toolcall_enabled:
             return []
+        keep = conv.reclaim_policy
         return [
             i
             for i, m in enumerate(conv.messages)
             if isinstance(m, RawOpenAIMessage)
             and m.key is not None  # the cheapest test first: most messages have no key
             and m.role == "tool"
+            and keep.get(m.key) != "keep"  # learned: the model reads these back
             and not content_to_text(m.content).startswith("[Compacted, ID: ")
         ]
 
@@ -192,14 +205,19 @@ class CacheAwareCompactor(CompactorAbstract):
         candidates = self._tool_indices(conv)
         protected: set[int] = set()
         budget = threshold * self.keep_tool_ratio
-        used = 0.0
+        used = count = 0.0
+        policy = conv.reclaim_policy
         for i in reversed(candidates):
+            # A doubled tool's results (`proxy.session.asked_back`) count half: twice as many stay.
+            key = getattr(conv.messages[i], "key", None)
+            weight = 0.5 if policy and policy.get(key or "") == "double" else 1.0
             if protected and (
-                len(protected) >= self.toolcall_keep_max or used + sizes.tokens[i] > budget
+                count + weight > self.toolcall_keep_max or used + sizes.tokens[i] * weight > budget
             ):
                 break
             protected.add(i)
-            used += sizes.tokens[i]
+            used += sizes.tokens[i] * weight
+            count += weight
         reclaim = [i for i in candidates if i not in protected]
         removed = sum(sizes.tokens[i] - sizes.placeholder_tokens(i) for i in reclaim)
         rewrite = sum(sizes.tokens[reclaim[0] :]) - removed if reclaim else 0.0

@@ -280,8 +280,9 @@ class Economics:
     def saving_per_turn(self, removed: float) -> float:
         return removed * self.effective_price
 
-    def may_summarize(self, size: int) -> bool:
-        """No loops: a new summary only once the session grew by more than the last removed."""
+    def may_summarize(self, size: int, share: float = 1.0) -> bool:
+        """No loops: a new summary only once the session grew by more than `share` of what
+        the last one removed."""
         if self.size_after_summary is None:
             return True
-        return size - self.size_after_summary > self.removed_by_summary
+        return size - self.size_after_summary > share * self.removed_by_summary

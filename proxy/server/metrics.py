@@ -3,9 +3,11 @@
 `Metrics` owns a `CollectorRegistry` (no module globals, so two apps in one process never share
 counters). `MetricsMiddleware` is pure ASGI: when a request is over it reads the facts routes
 put in `request.state.log_fields` (compaction, tokens, extract calls, store errors, upstream
-time, the wire: chat, responses or messages) and the matched route's path template. Labels
-never carry a session id, a tenant, a key or a raw path: only route templates, statuses and
-small fixed vocabularies.
+time, the wire: chat, responses or messages), what the model asked back by tool
+(`request.state.lookback`, kept out of the log line) and the matched route's path template.
+Labels never carry a session id, a tenant, a key or a raw path: only route templates,
+statuses and small fixed vocabularies (tool names: capped and folded,
+`proxy.server.asked_back_metrics`).
 
 Under `--workers N` (proxy.server.workers) every worker's `Metrics(shared_dir=...)` keeps its
 values in files of prometheus_client's multiprocess mode, in a directory the main process
@@ -35,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.server.asked_back_metrics import LookBackMetrics
 from proxy.store import Store, StoreError
 
 __all__ = ["CONTENT_TYPE", "Metrics", "MetricsMiddleware", "metrics_endpoint"]
@@ -213,6 +216,8 @@ class Metrics:
         self.worker_processes.set(1)
 
     def _savings_metrics(self, reg: CollectorRegistry) -> None:
+        # What the models asked back of what compaction took, by tool.
+        self.lookback = LookBackMetrics(reg)
         # Savings by model (a price-table entry, else "other"): what the proxy billed, what
         # the clients' requests would have been billed directly, and the difference. Saved is
         # a gauge: a turn that paid for a summary saves less than nothing.
@@ -425,6 +430,7 @@ class MetricsMiddleware:
         finally:
             # Read at the end: a route may have replaced the dict during the request.
             fields = scope.get("state", {}).get("log_fields") or {}
+            self.metrics.lookback.observe(scope.get("state", {}).get("lookback"))
             self.metrics.observe_request(
                 route=route_label(scope),
                 method=scope["method"],

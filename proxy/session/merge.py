@@ -13,7 +13,8 @@ chain of its own request, which tells which of their decisions apply to its mess
 - Reclaimed ids are united (those in my messages), hidden extract calls of both are kept
   (a rebuild re-checks each against its anchor message), and so are both turn logs and
   both sides' thinking bindings (each block's own prefix, whichever turn saw it). The
-  savings totals add the other side's turns to the kept side's.
+  savings totals add the other side's turns to the kept side's; of the look-back counts
+  each side's higher is kept.
 
 A longer prefix of theirs that cannot be checked against my messages (it reaches past them)
 is never grafted onto my compaction: one of the two states is then kept whole, so the stored
@@ -22,8 +23,10 @@ state always describes one history consistently.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 from dataclasses import replace
+from typing import Any
 
 import orjson
 
@@ -68,6 +71,7 @@ def merge_states(
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
         thinking={**theirs.thinking, **mine.thinking},
+        **_counts(mine, theirs),
     )
     merged.ahead = carried(merged, mine, theirs)
     return merged
@@ -98,6 +102,7 @@ def _adopt(mine: SessionState, theirs: SessionState, keys: Collection[str]) -> S
         context_window=_window(mine, theirs),
         resets=max(mine.resets, theirs.resets),
         thinking={**theirs.thinking, **mine.thinking},
+        **_counts(mine, theirs),
     )
     adopted.ahead = carried(adopted, mine, theirs)
     return adopted
@@ -112,6 +117,7 @@ def _keep_theirs(theirs: SessionState, mine: SessionState) -> SessionState | Non
         savings=_savings(theirs, mine),
         context_window=_window(theirs, mine),
         thinking={**mine.thinking, **theirs.thinking},
+        **_counts(theirs, mine),
     )
     merged.ahead = carried(merged, theirs, mine)
     return None if merged == theirs else merged
@@ -181,6 +187,21 @@ def _at(line: str) -> float:
         return 0.0
     at = record.get("at") if isinstance(record, dict) else None
     return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0
+
+
+def _counts(first: SessionState, second: SessionState) -> dict[str, Any]:
+    """What the model asked back (`proxy.session.asked_back`): each count the higher of the
+    two (both sides started from one stored state; neither turn's look-backs are lost
+    when only one side saw any, and none is counted twice)."""
+    tools = {name: list(row) for name, row in first.lookback.items()}
+    for name, row in second.lookback.items():
+        mine = tools.get(name)
+        if mine is None:
+            tools[name] = list(row)
+        else:
+            tools[name] = [max(a, b) for a, b in zip(mine, row, strict=False)]
+    pairs = itertools.zip_longest(first.searches, second.searches, fillvalue=0)
+    return {"lookback": tools, "searches": [max(a, b) for a, b in pairs]}
 
 
 def _window(first: SessionState, second: SessionState) -> int | None:

@@ -89,14 +89,14 @@ class Pipeline:
         self.turn = Turn(key=key, store=app_state.store, body=body, wire=wire, writer=writer)
         self.turn.written = written
         self.turn.defer_extract_tool = self.settings.extract_tool == "after_compaction"
+        self.turn.learn = bool(self.settings.adaptive_reclaim)
         self.turn.ahead = summary_ahead.TurnAhead.of(app_state)  # written before the crossing
         self.upstream_ms = 0.0
         self.extract_calls = 0
         self.answered = Answered()  # the answers' search scopes, for the rounds' records
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
         self.continuations: list[tuple[Round, list[JSON]]] = []
-        # Escalation after context-length refusals: the steps (built at the first refusal),
-        # and the next one to take.
+        # Escalation after context-length refusals: the steps (from the first), the next one.
         self.ladder: list[CompactorAbstract] | None = None
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
@@ -112,7 +112,6 @@ class Pipeline:
         if self.provider_compacts:
             self.log_fields["provider_compaction"] = True
 
-    # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
         """The trigger: the header override, the setting, or a share of the model's window."""
         value = self.request.headers.get("x-xun-token-threshold", "")
@@ -307,7 +306,6 @@ class Pipeline:
             body = self.wire.continue_body(body, rnd, results)
         return body
 
-    # -- upstream calls -----------------------------------------------------------------
     async def open(self, body: JSON) -> UpstreamResponse:
         body = self.binder.bind(body)
         started = time.perf_counter()
@@ -361,7 +359,6 @@ class Pipeline:
             scopes = self.answered.scopes(extract)
             add_hidden(rb.state, len(rb.messages), own, extract, results, scopes)
 
-    # -- non-streaming ------------------------------------------------------------------
     async def complete(self) -> Response:
         body = self.turn.upstream_body(stream=False)
         rounds: list[Round] = []
@@ -384,7 +381,7 @@ class Pipeline:
             self.note_first(rnd)
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and self.turn.injected:
-                results = self.extract_results(extract)
+                results = self.turn.looked.answered(extract, self.extract_results(extract))
                 if rnd.only_extract and self.rounds_left(len(rounds) - 1):
                     self.continuations.append((rnd, results))
                     body = self.current_body()  # as compacted, if a refusal escalated
@@ -440,6 +437,7 @@ class Pipeline:
             needed = self.first_prompt or usage is not None
             sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
             self.calibrate(sent)
+            looked = self.turn.looked.settle(rb.state, self.request.state)
             if usage is not None:
                 summary_ahead.bill_used(self.turn.ahead, self.measure)
                 saved = self.measure.record(
@@ -453,7 +451,7 @@ class Pipeline:
                     cached_tokens=usage.cached,
                     written_tokens=usage.written,
                     compaction=self.turn.compaction,
-                    extra={"savings": saved, **ahead},
+                    extra={"savings": saved, **ahead} | looked,
                     now=self.arrived,
                 )
                 vec = billing.count(rb, saved)
@@ -482,7 +480,6 @@ class Pipeline:
             else None,
         )
 
-    # -- streaming ----------------------------------------------------------------------
     async def start_stream(self) -> Response:
         body = self.turn.upstream_body(stream=True)
         resp, error = await self.open_checked(body)

@@ -27,6 +27,7 @@ from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
+from proxy.turn.asked_back import TurnLookBack
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.turn.persist import SETTLE_WAIT_S, SessionWriter, save_turn, stored_state, take_decoded
 from proxy.turn.summary_ahead import TurnAhead
@@ -62,6 +63,10 @@ class Turn:
     messages: Any = None
     # Add the extract tool only from the session's first compaction on (see upstream_tools).
     defer_extract_tool: bool = False
+    # Level 1 follows what the model asked back (`auto_compact.adaptive_reclaim`), and what
+    # it asks back in this turn (`proxy.turn.asked_back`).
+    learn: bool = True
+    looked: TurnLookBack = field(default_factory=TurnLookBack)
     # The process's writer (one write in flight per session); None: each save on its own.
     writer: SessionWriter | None = None
     # The client's body as orjson wrote it (`proxy.session.json_limits.Written`), or None.
@@ -87,6 +92,7 @@ class Turn:
         # A client with a tool of our tool's name gets the model's calls to it: no level-1
         # placeholder may send the model there (summaries still apply).
         rb.level1 = not self.wire.defines_extract_tool(self.wire.tools(self.body))
+        rb.learn = self.learn
         return rb
 
     def hashed(self) -> tuple[list[Any] | None, Written | None]:
@@ -148,6 +154,7 @@ class Turn:
             # that opens with a provider's compaction: that is the session going on.)
             self.rb = None
             self.degraded = "side_request"
+        self.looked.started(self.rb)  # the session's counts, and the re-runs it sends
 
     async def refresh(self) -> bool:
         """Rebuild from the stored state if its version moved; True when it did.

@@ -57,7 +57,7 @@ async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIt
             last_usage = rnd.usage or last_usage
             _, extract = split_calls(rnd.message.get("tool_calls"))
             if extract and p.turn.injected:
-                results = p.extract_results(extract)
+                results = p.turn.looked.answered(extract, p.extract_results(extract))
                 if rnd.only_extract and p.rounds_left(rounds):
                     rounds += 1
                     await drain(resp)

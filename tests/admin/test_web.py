@@ -247,6 +247,10 @@ def test_viewer_shows_the_savings(browser: Any, session: Compacted, tmp_path: Pa
     assert page.locator("#fleet-chart svg").get_attribute("data-bars") == str(len(report["series"]))
     assert "$" in page.inner_text("#fleet-figures")  # gpt-4o is priced
     assert page.locator("#fleet-projected").is_hidden()  # no shadow turns here
+    # What the models asked back, by tool: here only what level 1 reclaimed.
+    (asked,) = report["lookback"]["tools"]
+    fleet_row = page.locator(f'#fleet-lookback tr[data-tool="{asked["tool"]}"]')
+    assert fleet_row.locator("td").nth(1).inner_text() == str(asked["reclaimed"]) != "0"
 
     page.click(f'.session-row[data-id="{session.id}"]')
     box = page.locator("#session-savings")
@@ -256,6 +260,11 @@ def test_viewer_shows_the_savings(browser: Any, session: Compacted, tmp_path: Pa
     assert figure.get_attribute("data-tokens-saved") == str(detail["savings"]["tokens_saved"])
     bars = page.locator("#session-chart svg")
     assert bars.get_attribute("data-bars") == str(len(detail["turns"]))
+    (tool,) = detail["lookback"]["tools"]
+    row = page.locator(f'#lookback-block tr[data-tool="{tool["tool"]}"]')
+    assert row.get_attribute("data-policy") == tool["policy"] == "reclaim"
+    assert row.locator("td").nth(1).inner_text() == str(tool["reclaimed"])
+    assert "reclaimed as usual" in row.inner_text()
     assert page.locator("#session-chart .bar.gain").count() > 0
     # Beside the token chart, not under it.
     chart, panel = page.locator("#chart svg").bounding_box(), box.bounding_box()

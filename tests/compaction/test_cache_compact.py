@@ -103,7 +103,7 @@ async def test_with_a_cheap_cache_it_waits_until_the_forgone_savings_pay_the_rew
     waited = 0
     for turns in range(25, 60):
         conv = sized(session(turns))
-        report = await run(conv, econ)
+        report = await run(conv, econ, patience=1.0)
         if report.level != "none":
             break
         waited += 1
@@ -197,7 +197,7 @@ async def _regrowing_session(growth: list[int], seen: dict[str, int]) -> None:
         held = size > THRESHOLD and last_after is not None and size - last_after <= last_removed
         seen["held"] += held
         # No patience: only the no-loop rule holds a summary back (the break-even wait aside).
-        report = await run(conv, econ, patience=0.0)
+        report = await run(conv, econ, patience=0.0, regrow_share=1.0)
         if report.level == "summary":
             assert not held, (size, last_after, last_removed)
             summaries += 1
@@ -214,8 +214,9 @@ async def _regrowing_session(growth: list[int], seen: dict[str, int]) -> None:
 
 def test_no_summary_until_the_session_regrew_what_the_last_one_removed() -> None:
     """Sessions that cross the threshold again and again: each crossing summarises unless
-    the session has not yet regrown what the last summary removed. The generated growths
-    must reach that case often, or the rule goes unchecked."""
+    the session has not yet regrown what the last summary removed (`regrow_share` 1.0: the
+    default's half rarely holds one back in these sessions; see the test below for it). The
+    generated growths must reach that case often, or the rule goes unchecked."""
     seen = {"held": 0, "summaries": 0, "examples": 0}
 
     @settings(max_examples=40, deadline=None, derandomize=True)
@@ -231,10 +232,40 @@ def test_no_summary_until_the_session_regrew_what_the_last_one_removed() -> None
     assert seen["held"] >= seen["examples"], seen
 
 
+def chat(turns: int, size: int) -> Conversation:
+    """A session whose observations come as user messages (mini-swe-agent's)."""
+    conv = Conversation()
+    conv.set_system_message_content("You are an agent.")
+    for i in range(turns):
+        conv.add_user_message(f"{i}:" + "x" * size)
+        conv.add_agent_message({"role": "assistant", "content": f"step {i}"})
+    return conv
+
+
+async def test_a_session_that_regrew_half_what_the_summary_removed_summarises_again() -> None:
+    """The last summary removed a little more than the session has regrown since (it is
+    back over the threshold): more than half of it, not all. Waiting for
+    all of it kept such sessions just under the threshold on level 1 alone (each crossing a
+    little further: corpus replays at 32k hovered for 10-20 turns)."""
+    conv = sized(chat(14, size=3000))  # no tool results: only a summary can remove anything
+    size = conv.total_tokens or 0
+    assert size > THRESHOLD
+    removed = size - 1_900 + 100
+    econ = Economics(  # it has earned its price long ago: only the loop guard may hold it
+        hit_ratio=0.0, turns=40, size_after_summary=1_900, removed_by_summary=removed
+    )
+    econ.accrued = 10**9
+    assert (await run(conv, econ)).level == "summary"
+    again = sized(chat(14, size=3000))
+    econ.size_after_summary, econ.removed_by_summary = 1_900, removed
+    econ.accrued = 10**9
+    assert (await run(again, econ, regrow_share=1.0)).level == "none"
+
+
 @pytest.mark.parametrize(
     ("kw", "bound"),
     [
-        ({}, THRESHOLD * 0.08),  # the share of the threshold
+        ({}, THRESHOLD * 0.03),  # the share of the threshold
         ({"tail_max_tokens": 300}, 300),  # the cap in tokens
         ({"tail_ratio": 0.5, "target_ratio": 0.2}, THRESHOLD * 0.2 - 1024),  # room under target
     ],

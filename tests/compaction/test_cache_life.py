@@ -79,7 +79,7 @@ def session(turns: int, size: int = 2000) -> Conversation:
 
 def decide(conv: Conversation, econ: Economics) -> tuple[bool, str]:
     agent = CompactionContext(conv, lambda _m: "## overview\nsummary", THRESHOLD, econ)
-    compactor = CacheAwareCompactor()
+    compactor = CacheAwareCompactor(patience=1.0)  # waiting for break-even in full
     would = compactor.would_compact(agent)
     report = asyncio.run(compactor.auto_compact(agent))
     return would, report.level

@@ -134,8 +134,10 @@ def test_prices_with_cache_writes(
 def decision(econ: Economics) -> tuple[bool, float]:
     conv = sized(session(40, size=1200))  # about 12,100 tokens over a 10,000 threshold
     agent = CompactionContext(conv, summarizer([]), THRESHOLD, econ)
-    # Patience 2 (the default before 1.0): the amounts below were measured with it.
-    fires = CacheAwareCompactor(patience=2.0).would_compact(agent)
+    # Patience 2 (the default before 1.0) and the budgets before issue 35 (10 % of the
+    # threshold for kept tool results, 8 % for the tail): the amounts below were measured so.
+    strategy = CacheAwareCompactor(patience=2.0, keep_tool_ratio=0.1, tail_ratio=0.08)
+    fires = strategy.would_compact(agent)
     return fires, econ.accrued
 
 

@@ -7,6 +7,7 @@ cost-aware strategy reads the share of the uncached prompt that was written."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -14,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from proxy.compaction.cache_aware import CacheAwareCompactor
 from proxy.compaction.economics import observed_write_share
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.support.agent import ModelScript
@@ -182,6 +184,13 @@ def test_messages_cache_writes_are_recorded(stream: bool) -> None:
     assert observed_write_share(turns) == pytest.approx(1.0)  # all it was sent uncached
 
 
+@dataclass
+class BreakEven(CacheAwareCompactor):
+    """The cost-aware strategy waiting for the full break-even (patience 1)."""
+
+    patience: float = 1.0
+
+
 def first_compaction(ttl: str | None) -> tuple[int, list[int], Any]:
     """The turn at which the cost-aware strategy first compacts a Messages session whose
     client marks its newest block for caching with this lifetime, the writes recorded, and
@@ -189,7 +198,9 @@ def first_compaction(ttl: str | None) -> tuple[int, list[int], Any]:
     mark: dict[str, Any] = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
     # Compacting at break-even (patience 1), the dearer rewrite shows as a turn's wait where a
     # turn's saving is small beside the rewrite: at 10k, not at every threshold.
-    with wire_proxy(admin_key=ADMIN_KEY, compactor="cache-aware", token_threshold=10000) as proxy:
+    with wire_proxy(
+        admin_key=ADMIN_KEY, compactor=f"{__name__}:BreakEven", token_threshold=10000
+    ) as proxy:
         paths = [f"src/file_{n:02d}.py" for n in range(1, 61)]
         proxy.messages.policy = ReadFilesModel(paths, tool="read_file", path_key="path")
         client = anthropic.Anthropic(

@@ -338,7 +338,7 @@ def test_a_hidden_extract_round_keeps_later_thinking_valid(
     the hidden round must keep its prefix in the session's later requests."""
     # Set so that the run does not end on a compaction (which leaves no thinking before it
     # valid); the default strategy's compactions fall at other turns than the seed's.
-    threshold = 18_000 if compactor is None else 16_000
+    threshold = 14_000 if compactor is None else 16_000
     settings = {"compactor": compactor, "token_threshold": threshold}
     if compactor == "seed":
         settings |= {"toolcall_keep_max": 4, "summary_keep_max": 8}

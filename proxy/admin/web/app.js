@@ -107,7 +107,9 @@
   async function loadSavings() {
     const since = $("savings-window").value;
     try {
-      window.XunSavings.fleet(await api("savings" + (since ? "?since=" + encodeURIComponent(since) : "")));
+      const report = await api("savings" + (since ? "?since=" + encodeURIComponent(since) : ""));
+      window.XunSavings.fleet(report);
+      window.XunLookBack.fleet(report);
     } catch (err) {
       status(err.message, true);
     }
@@ -314,6 +316,7 @@
     renderFacts(d);
     window.XunChart.draw($("chart"), d.turns || [], d.token_threshold);
     window.XunSavings.session(d);
+    window.XunLookBack.session(d);
     renderSystem(d);
     renderConversation(d);
   }

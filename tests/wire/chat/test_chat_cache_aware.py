@@ -3,9 +3,11 @@ the prompt cache is cheaper than a rewrite, and the seed's mechanisms kept."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.compact import SUMMARY_PROMPT
+from proxy.compaction.cache_aware import CacheAwareCompactor
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.support.agent import Agent, ModelScript, is_summary_request, model_requests
 from tests.support.fake_upstream import FakeUpstream, Reply, count_prompt_tokens
@@ -85,15 +87,29 @@ def test_summary_requests_repeat_the_cached_conversation(
     assert "<conversation_summary>" in system
 
 
+@dataclass
+class WaitsForBreakEven(CacheAwareCompactor):
+    """The cost-aware strategy at the full break-even, with the budgets before issue 35 (the
+    newest tool results within 10 % of the threshold; at 5 % a reclaim here removes enough
+    that half the price is earned at the crossing turn)."""
+
+    patience: float = 1.0
+    keep_tool_ratio: float = 0.1
+    tail_ratio: float = 0.08
+
+
 def test_with_a_cheap_prompt_cache_it_waits_before_compacting(
     fake_upstream: FakeUpstream, make_proxy: Any, openai_client: Any
 ) -> None:
     model = CachingModel()
     fake_upstream.default = model
     # Cached reads at 0.01x: reclaiming the old results here removes about 5.6x what it
-    # rewrites, which at 0.1x one turn's savings already pay for (break-even, patience 1).
+    # rewrites, which at 0.1x one turn's savings already pay for (break-even, patience 1,
+    # and the budgets the amounts were measured with: `WaitsForBreakEven`).
     proxy = make_proxy(
-        token_threshold=8000, compactor="cache-aware", cache_read_factors={"gpt-4o": 0.01}
+        token_threshold=8000,
+        compactor=f"{__name__}:WaitsForBreakEven",
+        cache_read_factors={"gpt-4o": 0.01},
     )
     agent = Agent(openai_client(proxy, session="ca-3"), output_size=2000)
     levels = run_until_compaction(agent)
