@@ -83,14 +83,9 @@ class Conversation:
         self._originals: dict[str, Content] = {}
         self.trail_budget: int | None = None  # tokens of the artifact trail; None: the default
         self.toolcall_enabled = True  # False: level 1 off (the client owns the tool's name)
-        # Reclaim key -> "keep" (never reclaimed) or "double" (counts half toward the keep
-        # window): what level 1 learned from the model's look-backs (`proxy.session.asked_back`).
-        # The proxy's cost-aware strategy reads it; the seed's rule (`compact_toolcall`) not.
-        self.reclaim_policy: dict[str, str] = {}
+        self.reclaim_policy: dict[str, str] = {}  # key -> keep/double: proxy.session.asked_back
         for message in messages:
             self.append(message)
-
-    # -- building ------------------------------------------------------------------------
 
     @property
     def system_prompt(self) -> SystemPrompt | None:
