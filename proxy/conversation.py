@@ -83,9 +83,10 @@ class Conversation:
         self._originals: dict[str, Content] = {}
         self.trail_budget: int | None = None  # tokens of the artifact trail; None: the default
         self.toolcall_enabled = True  # False: level 1 off (the client owns the tool's name)
-        self.reclaim_policy: dict[str, str] = {}  # key -> keep/double: proxy.session.asked_back
         for message in messages:
             self.append(message)
+
+    # -- building ------------------------------------------------------------------------
 
     @property
     def system_prompt(self) -> SystemPrompt | None:

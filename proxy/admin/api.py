@@ -202,8 +202,7 @@ async def session_detail(request: Request) -> Response:
         "savings": session_savings(state, price_table(request)),
         # What the model asked back, per tool, and level 1's policy for each.
         "lookback": asked_back.table(
-            state.lookback,
-            state.searches,
+            *asked_back.clean_counts(state.lookback, state.searches),
             learning=bool(request.app.state.settings.adaptive_reclaim),
         ),
         "last_compaction": state.last_compaction,

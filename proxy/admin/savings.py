@@ -149,11 +149,12 @@ class AskedBack:
 
     def add(self, state: SessionState) -> None:
         self.sessions += 1
-        for name, row in state.lookback.items():
+        tools, searches = asked_back.clean_counts(state.lookback, state.searches)
+        for name, row in tools.items():
             kept = self.tools.setdefault(name, [0, 0, 0])
             for i, n in enumerate(row[:3]):
                 kept[i] += n
-        for i, n in enumerate(state.searches[:2]):
+        for i, n in enumerate(searches[:2]):
             self.searches[i] += n
 
     def totals(self) -> dict[str, Any]:

@@ -187,10 +187,9 @@ class CacheAwareCompactor(CompactorAbstract):
             return None, sizes, earned  # not worth it yet: the cache is cheaper than a rewrite
         return chosen, sizes, 0.0
 
-    def _tool_indices(self, conv: Conversation) -> list[int]:
+    def _tool_indices(self, conv: Conversation, keep: dict[str, str]) -> list[int]:
         if not conv.toolcall_enabled:
             return []
-        keep = conv.reclaim_policy
         return [
             i
             for i, m in enumerate(conv.messages)
@@ -203,11 +202,11 @@ class CacheAwareCompactor(CompactorAbstract):
 
     def _reclaim_plan(self, sizes: _Sizes, threshold: int, econ: Economics) -> Plan:
         conv = sizes.conversation
-        candidates = self._tool_indices(conv)
+        policy = econ.reclaim_policy
+        candidates = self._tool_indices(conv, policy)
         protected: set[int] = set()
         budget = threshold * self.keep_tool_ratio
         used = count = 0.0
-        policy = conv.reclaim_policy
         for i in reversed(candidates):
             # A doubled tool's results (`proxy.session.asked_back`) count half: twice as many stay.
             key = getattr(conv.messages[i], "key", None)

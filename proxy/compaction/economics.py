@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.session.turn_log import TurnLog, decode
@@ -221,6 +221,9 @@ class Economics:
     # Size right after the last summary and what it removed (the no-loop rule).
     size_after_summary: int | None = None
     removed_by_summary: int = 0
+    # What level 1 learned from the model's look-backs (`proxy.session.asked_back`): reclaim
+    # key -> "keep" (never reclaimed) or "double" (counts half toward the kept results).
+    reclaim_policy: dict[str, str] = field(default_factory=dict)
     # Savings forgone so far by deferring: what the best compaction would have saved on each
     # turn since the session first went over the threshold. A compaction runs once this
     # reaches its cost (rent until the rent paid equals the price, then buy), so a session

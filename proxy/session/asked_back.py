@@ -22,12 +22,13 @@ Every scan is linear in the messages and bounded per argument. Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
 
 from proxy.session.extract_tool import is_extract_call
+from proxy.session.history import HIDDEN_KEY_PREFIX
 
 RECLAIMED, READS, RERUNS = 0, 1, 2
 MIN_RECLAIMED = 5
@@ -143,6 +144,11 @@ def clean_counts(tools: Any, searches: Any) -> tuple[dict[str, list[int]], list[
     return kept, [_count(v) for v in pair[:2]]
 
 
+def tidy(state: Any) -> None:
+    """Clean a state's stored counts in place (`lookback`, `searches`), as read back."""
+    state.lookback, state.searches = clean_counts(state.lookback, state.searches)
+
+
 class Counts:
     """A session's counts (the state's `lookback` and `searches`), changed in place."""
 
@@ -183,6 +189,24 @@ def action(row: Sequence[int]) -> Action | None:
 def policy(tools: Mapping[str, Sequence[int]]) -> dict[str, Action]:
     """Tool name -> what level 1 does differently with its results (only those it changes)."""
     return {name: act for name, row in tools.items() if (act := action(row)) is not None}
+
+
+def learned(
+    tools: Mapping[str, Sequence[int]],
+    messages: Sequence[Mapping[str, Any]],
+    keys: Callable[[], Mapping[int, str]],
+) -> dict[str, str]:
+    """Reclaim key -> what level 1 does differently with that result, from a session's counts
+    (`keys`, the messages' reclaim keys, is asked for only when a tool has a policy)."""
+    by_tool = policy(tools)
+    return dict(key_policy(names_by_key(messages, keys()), by_tool)) if by_tool else {}
+
+
+def count_reclaimed(counts: Counts, names: Mapping[str, str], keys: Iterable[str]) -> None:
+    """Count newly reclaimed results by their tool (the proxy's own answers left out)."""
+    for key in keys:
+        if not key.startswith(HIDDEN_KEY_PREFIX):
+            counts.add(names.get(key, UNKNOWN), RECLAIMED)
 
 
 def key_policy(names: Mapping[str, str], by_tool: Mapping[str, Action]) -> dict[str, Action]:
@@ -258,9 +282,11 @@ __all__ = [
     "Counts",
     "call_index",
     "clean_counts",
+    "count_reclaimed",
     "found",
     "key_policy",
     "kind",
+    "learned",
     "names_by_key",
     "policy",
     "rate",
@@ -268,5 +294,6 @@ __all__ = [
     "reruns",
     "signature",
     "table",
+    "tidy",
     "tool_name",
 ]

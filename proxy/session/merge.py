@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from proxy.session import savings_record
+from proxy.session.asked_back import clean_counts
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.prepared import carried
 from proxy.session.state import HiddenExtract, SessionState
@@ -193,14 +194,16 @@ def _counts(first: SessionState, second: SessionState) -> dict[str, Any]:
     """What the model asked back (`proxy.session.asked_back`): each count the higher of the
     two (both sides started from one stored state; neither turn's look-backs are lost
     when only one side saw any, and none is counted twice)."""
-    tools = {name: list(row) for name, row in first.lookback.items()}
-    for name, row in second.lookback.items():
-        mine = tools.get(name)
-        if mine is None:
+    mine, searches = clean_counts(first.lookback, first.searches)
+    theirs, other = clean_counts(second.lookback, second.searches)
+    tools = {name: list(row) for name, row in mine.items()}
+    for name, row in theirs.items():
+        kept = tools.get(name)
+        if kept is None:
             tools[name] = list(row)
         else:
-            tools[name] = [max(a, b) for a, b in zip(mine, row, strict=False)]
-    pairs = itertools.zip_longest(first.searches, second.searches, fillvalue=0)
+            tools[name] = [max(a, b) for a, b in zip(kept, row, strict=False)]
+    pairs = itertools.zip_longest(searches, other, fillvalue=0)
     return {"lookback": tools, "searches": [max(a, b) for a, b in pairs]}
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from proxy.compact import format_compacted_summary
 from proxy.conversation import Conversation
 from proxy.conversation_message import RawOpenAIMessage, SystemPrompt
-from proxy.session import asked_back
 from proxy.session.extract_tool import content_text
 from proxy.session.fingerprint import PrefixChain, raw_digests
 from proxy.session.hidden_rounds import Unmerge, result_key
@@ -84,7 +83,6 @@ class Rebuild:
     resolved: dict[int, Resolved] = field(default_factory=dict)  # what `hidden` puts back
     floor: int = 0  # messages before it go up as sent (`proxy.session.history.provider_floor`)
     level1: bool = True  # False: the client owns the extract tool's name, so no placeholders
-    learn: bool = True  # level 1 follows what the model asked back (`proxy.session.asked_back`)
     _conversation: Conversation | None = field(default=None, init=False, repr=False)
     _as_built: list[object] = field(default_factory=list, init=False, repr=False)
     _origin: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -105,10 +103,6 @@ class Rebuild:
         if self._results is None:  # (set by `rebuild` when hidden rounds apply)
             self._results = tool_results(self.messages)
         return self._results
-
-    def tool_names(self) -> dict[str, str]:
-        """Reclaim key -> the name of the tool whose result it is."""
-        return asked_back.names_by_key(self.messages, self.keys)
 
     @property
     def conversation(self) -> Conversation:
@@ -151,9 +145,6 @@ class Rebuild:
         if state.reclaimed:
             present = {m.key for m in conv.messages if isinstance(m, RawOpenAIMessage) and m.key}
             conv.reclaim([k for k in state.reclaimed if k in present])
-        by_tool = asked_back.policy(state.lookback) if self.learn else {}
-        if by_tool:
-            conv.reclaim_policy = dict(asked_back.key_policy(self.tool_names(), by_tool))
         self._as_built = _identities(conv)
         conv.total_tokens = state.total_tokens
         conv.compaction_counter.summary_rounds = state.summary_rounds
@@ -246,8 +237,6 @@ def _reconcile(
         calibration=state.calibration,
         pending_summary=state.pending_summary,  # an operator's request outlives an edit
         savings=state.savings,  # what the session saved stays counted
-        lookback=state.lookback,  # and what its model asked back
-        searches=state.searches,
     )
     if keep_summary:
         fresh.summary, fresh.cut, fresh.cut_hash = state.summary, state.cut, state.cut_hash
@@ -351,23 +340,11 @@ def apply_compaction(rb: Rebuild) -> None:
     # Keys of summarised results are kept: after an edit before the cut they stay reclaimed.
     known = set(rb.keys.values()) | {k for k in rb.originals if k.startswith(HIDDEN_KEY_PREFIX)}
     merged = dict.fromkeys([*state.reclaimed, *conv.reclaimed_keys()])
-    new = [k for k in merged if k in known and k not in state.reclaimed]
     state.reclaimed = [k for k in merged if k in known]
-    _count_reclaimed(rb, [k for k in new if not k.startswith(HIDDEN_KEY_PREFIX)])
     counter = conv.compaction_counter
     state.summary_rounds = counter.summary_rounds
     state.toolcall_rounds = counter.toolcall_rounds
     state.toolcall_reclaimed = counter.toolcall_reclaimed
-
-
-def _count_reclaimed(rb: Rebuild, keys: list[str]) -> None:
-    """Count newly reclaimed results by their tool (`proxy.session.asked_back`)."""
-    if not keys:
-        return
-    names = rb.tool_names()
-    counts = asked_back.Counts(rb.state.lookback, rb.state.searches)
-    for key in keys:
-        counts.add(names.get(key, asked_back.UNKNOWN), asked_back.RECLAIMED)
 
 
 def cover(rb: Rebuild) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-from proxy.session.asked_back import clean_counts
 from proxy.session.extract_tool import split_calls
 from proxy.session.fingerprint import PrefixChain
 from proxy.session.hidden_rounds import (
@@ -136,10 +135,8 @@ class SessionState:
     # as a dict); None when there is none.
     ahead: dict[str, Any] | None = None
     ahead_seconds: float | None = None  # how long the last one used took to write
-    # What the model asked back (`proxy.session.asked_back`): tool name -> [reclaimed, reads,
-    # reruns], and the hidden tool's searches [with hits, without].
-    lookback: dict[str, list[int]] = field(default_factory=dict)
-    searches: list[int] = field(default_factory=list)
+    lookback: dict[str, list[int]] = field(default_factory=dict)  # proxy.session.asked_back
+    searches: list[int] = field(default_factory=list)  # its searches: [with hits, without]
 
     @property
     def compacted(self) -> bool:
@@ -181,10 +178,6 @@ class SessionState:
             known["total_tokens"] = None  # a bad usage value stored before it was checked
         if "savings" in known:
             known["savings"] = clean_savings(known["savings"])
-        if "lookback" in known or "searches" in known:
-            known["lookback"], known["searches"] = clean_counts(
-                known.get("lookback"), known.get("searches")
-            )
         text = known.pop("turn_log", None)
         turns = data.get("turns")  # before version 3: a list of records
         log = TurnLog(text) if isinstance(text, str) else TurnLog.of(turns or [])

@@ -48,6 +48,7 @@ class TurnLookBack:
         if rb is None:
             return
         state = rb.state
+        asked_back.tidy(state)  # as stored: a damaged record loses only what is wrong in it
         self.before = {name: row[asked_back.RECLAIMED] for name, row in state.lookback.items()}
         start = rb.new_from
         if rb.reset_reason is not None or not state.reclaimed:
@@ -76,7 +77,7 @@ class TurnLookBack:
         if self.rb is None or key is None:
             return asked_back.UNKNOWN
         if self._names is None:
-            self._names = self.rb.tool_names()
+            self._names = asked_back.names_by_key(self.rb.messages, self.rb.keys)
         return self._names.get(key, asked_back.UNKNOWN)
 
     def settle(self, state: SessionState, request_state: Any) -> JSON:

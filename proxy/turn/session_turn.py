@@ -22,6 +22,7 @@ from typing import Any
 from proxy.compact import CompactionContext, CompactorAbstract
 from proxy.compaction.economics import Economics
 from proxy.compaction.summarizer import PostFn, Summarizer
+from proxy.session import asked_back
 from proxy.session.history import UnrecognisedHistory
 from proxy.session.json_limits import Written
 from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
@@ -87,12 +88,12 @@ class Turn:
         if state is not None and rb.state is not state:  # diverged: a prepared summary stays,
             rb.state.ahead = state.ahead  # to be found stale (and counted) before any use
             rb.state.ahead_seconds = state.ahead_seconds
+            rb.state.lookback, rb.state.searches = state.lookback, state.searches  # counted
         if self.ahead is not None:
             self.ahead.check(rb)  # a stale one is dropped (and counted) before anything
         # A client with a tool of our tool's name gets the model's calls to it: no level-1
         # placeholder may send the model there (summaries still apply).
         rb.level1 = not self.wire.defines_extract_tool(self.wire.tools(self.body))
-        rb.learn = self.learn
         return rb
 
     def hashed(self) -> tuple[list[Any] | None, Written | None]:
@@ -238,7 +239,7 @@ class Turn:
         before = conv.total_tokens
         conv.total_tokens = self.over(threshold, force_tokens)
         shared = getattr(compactor, "summary_shares_prefix", False) and not summary_model
-        econ = economics() if economics is not None else None
+        econ = self._learned(economics() if economics is not None else None)
         agent = CompactionContext(
             conversation=conv,
             summarize=_NoSummary(shares_prefix=shared),
@@ -286,8 +287,9 @@ class Turn:
             conversation=conv,
             summarize=summarize,
             token_threshold=threshold,
-            economics=economics,
+            economics=self._learned(economics),
         )
+        before = set(rb.state.reclaimed)
         try:
             report = await compactor.auto_compact(agent)
         except Exception:
@@ -301,6 +303,7 @@ class Turn:
             self.rb = self._rebuild(SessionState.from_bytes(rb.state.to_bytes()))
             return
         apply_compaction(rb)
+        self._count_reclaimed(rb, before)
         self.reports.append(report.to_dict())
         if economics is not None:
             rb.state.accrued = economics.accrued
@@ -317,6 +320,25 @@ class Turn:
             # request of the same history that reads it does not compact again.
             cover(rb)
             state.total_tokens = conv.total_tokens
+
+    def _learned(self, econ: Economics | None) -> Economics | None:
+        """The session's costs with what level 1 learned from its model's look-backs
+        (`proxy.session.asked_back`; `auto_compact.adaptive_reclaim`)."""
+        rb = self.rb
+        if econ is not None and rb is not None and self.learn and rb.state.lookback:
+            econ.reclaim_policy = asked_back.learned(
+                rb.state.lookback, rb.messages, lambda: rb.keys
+            )
+        return econ
+
+    @staticmethod
+    def _count_reclaimed(rb: Rebuild, before: set[str]) -> None:
+        """Count the results this compaction reclaimed by their tool."""
+        new = [k for k in rb.state.reclaimed if k not in before]
+        if new:
+            counts = asked_back.Counts(rb.state.lookback, rb.state.searches)
+            names = asked_back.names_by_key(rb.messages, rb.keys)
+            asked_back.count_reclaimed(counts, names, new)
 
     def summary_tools(self) -> list[dict[str, Any]] | None:
         tools = self.wire.tools(self.body)

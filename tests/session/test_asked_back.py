@@ -96,6 +96,7 @@ def test_stored_counts_are_cleaned_and_bounded() -> None:
     counts = asked_back.Counts(tools, searches)
     assert counts.add("a-new-tool", asked_back.READS) == asked_back.OTHER
     state = SessionState.from_dict({"lookback": {"t": [1, True, "2"]}, "searches": None})
+    asked_back.tidy(state)  # as a turn reads it
     assert state.lookback == {"t": [1, 0, 0]} and state.searches == []
 
 
@@ -108,20 +109,21 @@ def test_a_search_without_hits_is_told_apart() -> None:
     assert asked_back.kind(query) == "search" and asked_back.kind(read) == "read"
 
 
-def test_the_cost_aware_level_1_keeps_a_learned_tools_results() -> None:
-    """A rebuilt conversation carries the policy by key; the seed's rule ignores it."""
+def test_the_learned_policy_names_the_results_of_each_tool() -> None:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
     for i in range(8):
         name = "read_file" if i % 2 else "run_tests"
         messages.append({"role": "assistant", "tool_calls": [_call(f"c{i}", name, "{}")]})
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 400})
-    state = SessionState(lookback={"read_file": [5, 4, 0], "run_tests": [5, 0, 0]})
-    rb = rebuild(messages, state)
-    policy = rb.conversation.reclaim_policy
+    counts = {"read_file": [5, 4, 0], "run_tests": [5, 0, 0]}
+    keys = rebuild(messages, SessionState()).keys
+    policy = asked_back.learned(counts, messages, lambda: keys)
     assert policy == {"c1": "keep", "c3": "keep", "c5": "keep", "c7": "keep"}
-    off = rebuild(messages, SessionState(lookback=dict(state.lookback)))
-    off.learn = False
-    assert off.conversation.reclaim_policy == {}
+
+    def unasked() -> dict[int, str]:
+        raise AssertionError("keys are read only when a tool has a policy")
+
+    assert asked_back.learned({"run_tests": [5, 0, 0]}, messages, unasked) == {}
 
 
 # -- through the proxy ------------------------------------------------------------------------
@@ -283,8 +285,9 @@ def test_a_tool_asked_back_a_fifth_of_the_time_keeps_twice_as_many_results() -> 
     compactor = CacheAwareCompactor(toolcall_keep_max=4, keep_tool_ratio=1.0)
 
     def kept(counts: dict[str, list[int]]) -> int:
-        conv = rebuild(messages, SessionState(lookback=counts)).conversation
-        plan = compactor._reclaim_plan(_Sizes(conv, 10_000), 10_000, Economics())
+        rb = rebuild(messages, SessionState(lookback=counts))
+        econ = Economics(reclaim_policy=asked_back.learned(counts, messages, lambda: rb.keys))
+        plan = compactor._reclaim_plan(_Sizes(rb.conversation, 10_000), 10_000, econ)
         return 30 - len(plan.reclaim)
 
     assert kept({}) == 4
