@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.code_names import FILE_EXTENSIONS as _EXTENSIONS
+from proxy.code_names import call_names
+from proxy.code_names import walk as _walk
 from proxy.content_text import TEXT_ONLY, error_line, exit_status, one_line, text_of, window
 
 __all__ = [
@@ -62,11 +65,6 @@ _CONTENT_KEYS = frozenset(
 )
 _SUBCOMMAND_KEYS = ("command", "action", "operation", "mode")
 _SUBCOMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "write", "edit"})
-_EXTENSIONS = (
-    "py|pyi|js|jsx|ts|tsx|mjs|cjs|rs|go|c|h|cc|cpp|hpp|java|kt|rb|php|cs|swift|scala|ex|exs"
-    "|erl|hs|ml|lua|pl|sh|bash|zsh|sql|md|rst|txt|json|jsonl|toml|ya?ml|cfg|ini|lock"
-    "|xml|html|css|scss|csv|tsv|log|ipynb|pony|proto|gradle|mk|cmake|patch|diff"
-)
 _EXTENSION = re.compile(rf"[\w.-]*\w\.(?:{_EXTENSIONS})", re.IGNORECASE)
 # A scheme of at most 32 characters: no start tries more than that before `://`.
 _URL = re.compile(r"[a-z][a-z0-9+.-]{0,31}://[^\s'\"`<>()\[\]{},;|]++", re.IGNORECASE)
@@ -206,17 +204,6 @@ def _name_op(name: str) -> str:
     return next((op for op, names in _NAME_OPS if words & names), "unknown")
 
 
-def _walk(value: Any, key: str | None) -> Iterator[tuple[str | None, Any]]:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _walk(v, str(k).lower())
-    elif isinstance(value, list):
-        for item in value:
-            yield from _walk(item, key)
-    else:
-        yield key, value
-
-
 def call_paths(name: str, arguments: Any) -> list[tuple[str, str]]:
     """(path, op) named by one tool call's arguments (a JSON string or an object)."""
     args = arguments
@@ -330,6 +317,8 @@ def entries_of(messages: Sequence[Mapping[str, Any]]) -> list[Entry]:
                     found.append({"kind": "file", "path": path, "ops": [op]})
                 commands = [{"kind": "command", "text": c} for c in texts]
                 found.extend(commands)
+                names = call_names(fn.get("arguments"))
+                found.extend({"kind": "name", "text": n} for n in names)
                 pending[str(call.get("id"))] = commands
         elif role == "tool":
             status, line = _result_facts(text_of(message.get("content"), TEXT_ONLY))

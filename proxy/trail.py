@@ -4,10 +4,12 @@ A summary paraphrases; paths, commands, exit statuses, error lines and the user'
 what it loses. The trail keeps them (read by `proxy.artifacts` from the messages a summary
 drops), merges them at each compaction instead of summarising them again, and renders them
 with the summary as a `## artifact_trail` section within a token budget (default: the smaller
-of 2,000 tokens and 1/16 of the threshold; chars/4), least recent entries left out first. A
+of 2,400 tokens and 7.5% of the threshold; chars/4), least recent entries left out first. A
 file the agent only read is one path on its line, and a file the summary already names
 verbatim is not listed again, so long sessions over many files (OpenHands' hundreds of
-`view`s) keep most of their paths in that room.
+`view`s) keep most of their paths in that room. The code names the agent's own calls used
+(`proxy.artifacts.call_names`: dotted, snake_case, camelCase names, as in a script it wrote)
+share one line in a sixth of the budget, newest first: what its next actions tend to use.
 
 Stored form (JSON, in the session state): `{"version": 1, "budget": tokens, "entries": [...]}`,
 entries oldest first, one per file path / command / error line / rule. Merging a span moves
@@ -45,16 +47,19 @@ TRAIL_HEADING = "## artifact_trail"
 TRAIL_VERSION = 1
 # 2,000 and 1/16 (1,500 and 5% before): at a 32k threshold a trail of 130 files showed 69 of
 # them, now 101 (BENCHMARKS.md section 6, the worst case); only a trail that fills it pays.
-DEFAULT_BUDGET_TOKENS = 2000
-BUDGET_SHARE = 0.0625  # of the compaction threshold
+# 2,400 and 7.5% since code names are kept too: their sixth of it, the rest as before.
+DEFAULT_BUDGET_TOKENS = 2400
+BUDGET_SHARE = 0.075  # of the compaction threshold
 MAX_ENTRIES = 1000  # kept in the state; the rendering shows what fits the budget
 FIRST_SHARE = 0.8  # of the trail's room, for files and user rules when commands compete
-KINDS = ("file", "command", "error", "constraint")
+NAME_SHARE = 1 / 6  # of the trail's budget, for code names: a room of their own
+MAX_NAMES = 300  # name entries kept in the state, the least recent dropped first
+KINDS = ("file", "command", "error", "constraint", "name")
 OPS = ("read", "write", "edit", "delete", "unknown")
 
 
 def default_budget(threshold: int | None) -> int:
-    """The trail's token budget: min(2,000, 1/16 of the compaction threshold)."""
+    """The trail's token budget: min(2,400, 7.5% of the compaction threshold)."""
     if threshold is None or threshold <= 0:
         return DEFAULT_BUDGET_TOKENS
     return max(0, min(DEFAULT_BUDGET_TOKENS, int(threshold * BUDGET_SHARE)))
@@ -107,7 +112,12 @@ def update(
         previous = touched.pop(key, None) or entries.get(key)
         touched[key] = _merge_entry(previous, entry)
     kept = [e for k, e in entries.items() if k not in touched]
-    merged = [*kept, *touched.values()][-MAX_ENTRIES:]
+    merged = [*kept, *touched.values()]
+    names = sum(1 for e in merged if e.get("kind") == "name")
+    if names > MAX_NAMES:  # names come many to a call: they must not push files out
+        drop = names - MAX_NAMES
+        merged = [e for e in merged if e.get("kind") != "name" or (drop := drop - 1) < 0]
+    merged = merged[-MAX_ENTRIES:]
     old_budget = (trail or {}).get("budget")
     if budget is None:
         budget = old_budget if isinstance(old_budget, int) else DEFAULT_BUDGET_TOKENS
@@ -121,6 +131,7 @@ _SECTIONS = (
     ("command", "### commands (exit status when shown)"),
     ("error", "### errors (first line)"),
     ("constraint", "### user constraints (verbatim)"),
+    ("name", "### code names the agent's calls used"),
 )
 _INTRO = (
     "Kept verbatim by the proxy from the compacted messages, newest first: files the agent "
@@ -140,6 +151,8 @@ def _line(entry: Mapping[str, Any]) -> str:
         return f"- `{entry.get('text')}`" + ("" if status is None else f" -> exit {status}")
     if kind == "constraint":
         return f'- "{entry.get("text")}"'
+    if kind == "name":  # names share one line, comma-separated: a name costs its length + 2
+        return f"{entry.get('text')}, "
     return f"- {entry.get('text')}"
 
 
@@ -173,7 +186,9 @@ def _compose(shown: Iterable[Entry], dropped: int) -> str:
         by_kind[str(entry.get("kind"))].append(_line(entry))
     parts = [TRAIL_HEADING, _INTRO]
     for kind, heading in _SECTIONS:
-        if by_kind[kind]:
+        if by_kind[kind] and kind == "name":
+            parts += [heading, "- " + "".join(by_kind[kind]).removesuffix(", ")]
+        elif by_kind[kind]:
             parts.append(heading)
             parts.extend(by_kind[kind])
     if dropped:
@@ -181,15 +196,18 @@ def _compose(shown: Iterable[Entry], dropped: int) -> str:
     return "\n".join(parts)
 
 
-def _select(newest: list[Entry], limit: int) -> set[int]:
-    """Indices (into `newest`) of the entries that fit in `limit` characters.
+def _select(newest: list[Entry], limit: int, name_room: int = 0) -> set[int]:
+    """Indices (into `newest`) of the entries that fit in `limit` characters, and of the code
+    names that fit in `name_room` more.
 
     Files and the user's rules come first, newest first, within FIRST_SHARE of the room when
     there are commands or errors to show too (a command's paths are in the files list);
     then commands and errors, newest first; then any room left goes to older files and rules.
+    Code names have a room of their own, newest first: they never take a path's place.
     """
     first = [i for i, e in enumerate(newest) if e.get("kind") in ("file", "constraint")]
     second = [i for i, e in enumerate(newest) if e.get("kind") in ("command", "error")]
+    names = [i for i, e in enumerate(newest) if e.get("kind") == "name"]
     chosen: set[int] = set()
     used = 0
 
@@ -207,6 +225,8 @@ def _select(newest: list[Entry], limit: int) -> set[int]:
     fill(first, int(limit * FIRST_SHARE) if second else limit)
     fill(second, limit)
     fill(first, limit)
+    used = 0
+    fill(names, name_room)
     return chosen
 
 
@@ -249,7 +269,9 @@ def _render(trail: Mapping[str, Any], budget: int | None, shown: str = "") -> st
     newest = entries[::-1]
     # Headings and the note are fixed costs; every line costs its length plus a newline.
     fixed = len(_compose([], len(entries))) + sum(len(h) + 1 for _, h in _SECTIONS)
-    chosen = _select(newest, budget * 4 - fixed)
+    named = any(e.get("kind") == "name" for e in entries)
+    name_room = int(budget * NAME_SHARE) * 4 if named else 0
+    chosen = _select(newest, budget * 4 - fixed - name_room, name_room)
     if not chosen:
         return ""
     listed = [e for i, e in enumerate(newest) if i in chosen]
@@ -258,7 +280,10 @@ def _render(trail: Mapping[str, Any], budget: int | None, shown: str = "") -> st
 
 
 def _in_summary(entry: Mapping[str, Any], shown: str) -> bool:
-    """A file only read (or named) whose path the summary already gives verbatim."""
+    """A file only read (or named) whose path the summary already gives verbatim, or a code
+    name it gives."""
+    if entry.get("kind") == "name":
+        return str(entry.get("text")) in shown
     if entry.get("kind") != "file" or any(op not in _PLAIN_OPS for op in entry.get("ops") or []):
         return False
     path = entry.get("path")
@@ -266,8 +291,9 @@ def _in_summary(entry: Mapping[str, Any], shown: str) -> bool:
 
 
 def counts(trail: Mapping[str, Any] | None) -> dict[str, int]:
-    """Entries per kind, for metrics and the admin detail."""
-    out = dict.fromkeys(KINDS, 0)
+    """Entries per kind, for metrics and the admin detail (code names are not counted)."""
+    out = dict.fromkeys(KINDS[:-1], 0)
     for entry in _stored(trail):
-        out[entry["kind"]] += 1
+        if entry["kind"] in out:
+            out[entry["kind"]] += 1
     return out

@@ -43,6 +43,7 @@ from proxy.conversation_message import (
     content_to_text,
     message_chars,
 )
+from proxy.session.history import HIDDEN_KEY_PREFIX
 from proxy.trail import default_budget
 
 SUMMARY_OUTPUT_TOKENS = 1024
@@ -209,6 +210,8 @@ class CacheAwareCompactor(CompactorAbstract):
         for i in reversed(candidates):
             # A doubled tool's results (`proxy.session.asked_back`) count half: twice as many stay.
             key = getattr(conv.messages[i], "key", None)
+            if (key or "").startswith(HIDDEN_KEY_PREFIX):
+                continue  # the proxy's own answers, acted on already: reclaimed first
             weight = 0.5 if policy and policy.get(key or "") == "double" else 1.0
             if protected and (
                 count + weight > self.toolcall_keep_max or used + sizes.tokens[i] * weight > budget

@@ -34,7 +34,8 @@ from proxy.session.tool_output import EMPTY_OUTPUT, as_text, is_empty
 
 PAGE_CHARS = 20_000  # of the original, in one read
 MAX_HITS = 20
-PREVIEW_CHARS = 300  # around a match
+PREVIEW_CHARS = 300  # around a match, at most: the match's line(s) only
+ANSWER_CHARS = 1_500  # of a search's hit lines; the hits past it are listed by id
 MAX_QUERY_CHARS = 500
 MAX_SCAN_CHARS = 4_000_000  # one search reads at most this much of the history, newest first
 MSG_PREFIX = "msg:"
@@ -184,11 +185,16 @@ def searchable(rb: Rebuilt) -> list[Item]:
 
 
 def _preview(text: str, start: int, length: int) -> str:
-    """About `PREVIEW_CHARS` characters of `text` around [start, start + length), on one line."""
+    """The line(s) of `text` around [start, start + length), at most `PREVIEW_CHARS` characters
+    centred on the match, on one line: a hit in source or a listing shows its own line, not
+    its neighbours."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start + length)
+    line_end = len(text) if line_end < 0 else line_end
     lead = max(0, (PREVIEW_CHARS - length) // 2)
-    begin = max(0, start - lead)
-    end = min(len(text), begin + PREVIEW_CHARS)
-    begin = max(0, min(begin, end - PREVIEW_CHARS))
+    begin = max(line_start, start - lead)
+    end = min(line_end, begin + max(PREVIEW_CHARS, length))
+    begin = max(line_start, min(begin, end - PREVIEW_CHARS))
     shown = " ".join(text[begin:end].split())
     return ("..." if begin else "") + shown + ("..." if end < len(text) else "")
 
@@ -231,12 +237,22 @@ def search(query: str, items: Sequence[Item], *, partial: bool | None = None) ->
 
 
 def _render(query: str, hits: list[tuple[Item, str]], stopped: bool) -> str:
+    """The answer: a line per hit while the lines fit in `ANSWER_CHARS` (the first always),
+    then the ids of the rest, so that what rides along in later requests stays small."""
     quoted = query if len(query) <= 80 else query[:80] + "..."
     more = " (stopped early: the history to search was too long)" if stopped else ""
     if not hits:
         return f"No match for {quoted!r} in the compacted history{more}."
     lines = [f"{len(hits)} match(es) for {quoted!r}, newest first{more}. Read one by its ID:"]
-    lines += [f"- {item.id} (turn {item.turn}, {item.who}): {shown}" for item, shown in hits]
+    used = 0
+    for n, (item, shown) in enumerate(hits):
+        line = f"- {item.id} (turn {item.turn}, {item.who}): {shown}"
+        if n and used + len(line) > ANSWER_CHARS:
+            rest = ", ".join(other.id for other, _ in hits[n:])
+            lines.append(f"{len(hits) - n} more, not previewed (refine the query): {rest}")
+            break
+        lines.append(line)
+        used += len(line)
     return "\n".join(lines)
 
 

@@ -96,8 +96,7 @@ class Pipeline:
         self.answered = Answered()  # the answers' search scopes, for the rounds' records
         # The proxy's own extract rounds of this request, re-applied to a rebuilt body.
         self.continuations: list[tuple[Round, list[JSON]]] = []
-        # Escalation after context-length refusals: the steps (built at the first refusal),
-        # and the next one to take.
+        # Escalation after context-length refusals: the steps (from the first), the next one.
         self.ladder: list[CompactorAbstract] | None = None
         self.rung = 0
         self.first_prompt: int | None = None  # the first round's billed prompt
@@ -113,7 +112,6 @@ class Pipeline:
         if self.provider_compacts:
             self.log_fields["provider_compaction"] = True
 
-    # -- preparation --------------------------------------------------------------------
     def threshold(self) -> int:
         """The trigger: the header override, the setting, or a share of the model's window."""
         value = self.request.headers.get("x-xun-token-threshold", "")
@@ -308,7 +306,6 @@ class Pipeline:
             body = self.wire.continue_body(body, rnd, results)
         return body
 
-    # -- upstream calls -----------------------------------------------------------------
     async def open(self, body: JSON) -> UpstreamResponse:
         body = self.binder.bind(body)
         started = time.perf_counter()
@@ -362,7 +359,6 @@ class Pipeline:
             scopes = self.answered.scopes(extract)
             add_hidden(rb.state, len(rb.messages), own, extract, results, scopes)
 
-    # -- non-streaming ------------------------------------------------------------------
     async def complete(self) -> Response:
         body = self.turn.upstream_body(stream=False)
         rounds: list[Round] = []
@@ -484,7 +480,6 @@ class Pipeline:
             else None,
         )
 
-    # -- streaming ----------------------------------------------------------------------
     async def start_stream(self) -> Response:
         body = self.turn.upstream_body(stream=True)
         resp, error = await self.open_checked(body)

@@ -357,3 +357,17 @@ def test_sizes_measure_what_the_messages_send(params: list[dict[str, Any]], tota
     per_char = total / max(1, sum(chars))
     assert sizes.per_char == per_char
     assert sizes.tokens == [c * per_char for c in chars]
+
+
+def test_the_proxys_hidden_answers_are_reclaimed_first_never_kept_as_newest() -> None:
+    """A search answer of the proxy's own (`xun-extract:` key) is the newest tool result: the
+    model acted on it already, and it rides along in every request until reclaimed. Level 1
+    reclaims it like the oldest results; the client's newest results stay whole."""
+    conv = session(20, size=200)
+    add_tool_turn(conv, "xun-extract:s1", "5 match(es) for 'x', newest first. " + "y" * 400)
+    sized(conv)
+    sizes = _Sizes(conv, conv.total_tokens or 0)
+    plan = CacheAwareCompactor()._reclaim_plan(sizes, THRESHOLD, Economics())
+    keys = [getattr(conv.messages[i], "key", None) for i in plan.reclaim]
+    assert "xun-extract:s1" in keys
+    assert "c19" not in keys and "c0" in keys  # the window of newest results is the client's

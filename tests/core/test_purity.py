@@ -23,6 +23,7 @@ PURE_MODULES = (
     "rules.py",
     "trail.py",
     "artifacts.py",
+    "code_names.py",
     "content_text.py",
     "setting_values.py",
     "upstream/providers.py",

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from proxy import trail
 from proxy.artifacts import call_paths, command_paths, constraints, error_line, exit_status
+from proxy.code_names import call_names
 from proxy.conversation import Conversation
 from proxy.conversation_message import SystemPrompt, message_from_json
 from proxy.rules import format_compacted_summary
@@ -205,10 +206,10 @@ def test_over_budget_the_oldest_go_and_are_counted() -> None:
 
 
 def test_default_budget() -> None:
-    assert trail.default_budget(32_000) == 2000
-    assert trail.default_budget(16_000) == 1000
-    assert trail.default_budget(64_000) == 2000
-    assert trail.default_budget(None) == 2000
+    assert trail.default_budget(32_000) == 2400
+    assert trail.default_budget(16_000) == 1200
+    assert trail.default_budget(64_000) == 2400
+    assert trail.default_budget(None) == 2400
 
 
 # -- the hooks: conversation, saved forms, session state -------------------------------------
@@ -449,3 +450,58 @@ def test_long_tool_results_scanned_once_give_what_scanning_gives(
     assert not artifacts._remembered and not artifacts._remembered_calls
     assert artifacts._remembered_chars[0] == 0
     assert artifacts.entries_of(span) == first
+
+
+SCRIPT = """cat <<'END' > /tmp/repro.py
+import django
+from django.conf import settings
+settings.configure(INSTALLED_APPS=["app"])
+django.setup()
+from django.core.management import call_command
+END
+python /tmp/repro.py"""
+
+
+def test_a_call_names_the_code_names_it_used() -> None:
+    assert call_names(json.dumps({"command": SCRIPT})) == [
+        "django.conf",
+        "settings.configure",
+        "INSTALLED_APPS",
+        "django.setup",
+        "django.core.management",
+        "call_command",
+    ]
+    edit = {
+        "file_path": "src/Game/Deck.cs",
+        "new_string": "deck.OwnerClientId = Attach(p); return result",
+    }
+    # Paths and file names are the files list's; plain words only when called.
+    assert call_names(json.dumps(edit)) == ["deck.OwnerClientId", "Attach"]
+    assert call_names(json.dumps({"code": "x = render(a) + render(b)"})) == ["render"]
+
+
+def _names_session(n_calls: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n in range(n_calls):
+        out += [
+            call(f"c{n}", "bash", command=f"python -c 'mod_{n}.run_{n}()'"),
+            result(f"c{n}", ""),
+        ]
+    return out
+
+
+def test_the_code_names_share_one_line_in_their_own_room() -> None:
+    t = trail.update(None, _names_session(400), budget=600)
+    names = [e["text"] for e in t["entries"] if e["kind"] == "name"]
+    assert len(names) == trail.MAX_NAMES and names[-1] == "mod_399.run_399"
+    text = trail.render(t)
+    line = text.split("### code names the agent's calls used\n")[1].splitlines()[0]
+    shown = line.removeprefix("- ").split(", ")
+    assert shown[0] == "mod_399.run_399" and 10 < len(shown) < 300  # newest first, bounded
+    assert len(line) <= 600 * 4 * trail.NAME_SHARE
+    assert trail.estimate_tokens(text) <= 600
+    # A name the summary already gives is not listed again.
+    assert "mod_399.run_399," not in trail.render(t, shown="ran mod_399.run_399 twice")
+    # The commands keep the room they had: the names take a room of their own.
+    without = {**t, "entries": [e for e in t["entries"] if e["kind"] != "name"]}
+    assert text.count("\n- `") == trail.render(without, 500).count("\n- `")

@@ -12,6 +12,7 @@ from proxy.session.extract_tool import EXTRACT_TOOL_NAME, answer_call
 from proxy.session.hidden_rounds import Answered, round_entry
 from proxy.session.history import HIDDEN_KEY_PREFIX
 from proxy.session.lookback import (
+    ANSWER_CHARS,
     MAX_HITS,
     MAX_SCAN_CHARS,
     PAGE_CHARS,
@@ -113,6 +114,26 @@ def test_a_hit_shows_about_300_characters_around_the_match() -> None:
     assert 290 <= len(shown.strip(".")) <= 310
 
 
+def test_a_hit_shows_only_the_line_of_its_match() -> None:
+    source = "\n".join(f"    line_{n} = compute(value_{n})" for n in range(50))
+    hit = search("value_25", [Item("k", 1, "read_file", source, 3)]).text.splitlines()[1]
+    assert hit.endswith(": ...line_25 = compute(value_25)...")
+
+
+def test_a_search_answer_stays_within_its_budget_and_names_the_rest() -> None:
+    items = [Item(f"k{n}", n, "bash", f"{'w' * 200} Needle_{n} {'z' * 200}", n) for n in range(30)]
+    found = search("needle_", items)
+    lines = found.text.splitlines()
+    assert sum(len(line) for line in lines[1:-1]) <= ANSWER_CHARS
+    shown = [line for line in lines if line.startswith("- ")]
+    assert 1 <= len(shown) < MAX_HITS and "Needle_29" in shown[0]
+    rest = [f"k{n}" for n in range(29 - len(shown), 9, -1)]
+    assert lines[-1] == f"{len(rest)} more, not previewed (refine the query): " + ", ".join(rest)
+    assert found.scope["hits"] == [f"k{n}" for n in range(29, 9, -1)]  # re-derived from all 20
+    one = search("needle_", [Item("big", 1, "bash", "x" * 5000 + "needle_" + "y" * 5000, 1)])
+    assert len(one.text.splitlines()) == 2  # the first hit is always previewed
+
+
 def test_a_search_reads_at_most_its_scan_cap_and_says_so() -> None:
     big = "z" * (MAX_SCAN_CHARS // 2)
     items = [Item("old", 1, "tool", "needle " + big, 1)]
@@ -187,7 +208,11 @@ def test_a_search_answer_re_derives_to_the_same_bytes_after_later_compactions() 
     rb = rebuild(grown, state, unmerge=WIRE.unmerge)
     sent = rb.upstream_messages()
     answer = next(m for m in sent if m.get("role") == "tool" and m["tool_call_id"] == "s1")
-    assert "UserLiteral1" in answer["content"] and "ToolLiteral1" in answer["content"]
+    # The newest hit previewed, the oldest (past the answer's budget) named by their ids.
+    assert "ToolLiteral5" in answer["content"]
+    assert answer["content"].endswith(
+        ": msg:10, c3, call:c3, msg:8, msg:7, c2, call:c2, msg:5, msg:4, c1, call:c1, msg:2, msg:1"
+    )
     # More is reclaimed and cut since: a new search finds more, the recorded one says the same.
     rb.conversation.compact_toolcall(keep_max=1)
     apply_compaction(rb)
@@ -243,7 +268,7 @@ def test_a_search_beside_the_clients_own_call_re_derives_after_later_compactions
     extract = [_extract("s2", query="toolliteral")]
     answered = Answered()
     results = answered.answer(extract, rb)
-    assert "ToolLiteral1" in results[0]["content"]
+    assert "ToolLiteral5" in results[0]["content"] and results[0]["content"].endswith(" c1")
     add_hidden(rb.state, len(msgs), own, extract, results, answered.scopes(extract))
     state = SessionState.from_bytes(record_turn(rb, total_tokens=1000).to_bytes())
     echo = {"role": "assistant", "content": None, "tool_calls": own}
