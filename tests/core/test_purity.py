@@ -25,6 +25,7 @@ PURE_MODULES = (
     "artifacts.py",
     "content_text.py",
     "setting_values.py",
+    "setting_sources.py",
     "upstream/providers.py",
 )
 CORE = sorted(
