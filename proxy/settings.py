@@ -11,7 +11,6 @@ from __future__ import annotations
 import hmac
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,20 +20,29 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.errors import XunError
-from proxy.setting_values import (
-    BUILTIN_COMPACTORS,
+from proxy.setting_sources import (
+    JSON_FIELDS,
     OPTIONS,
     OPTIONS_BY_FIELD,
-    OPTIONS_BY_KEY,
+    document_values,
+    error_line,
+)
+from proxy.setting_values import (
+    checked_prices,
     clean_secret,
+    comma_parts,
+    compactor_name,
+    header_names,
     is_loopback,
     normalise_names,
+    store_url,
+    tenant_header,
+    upstream_url,
+    worker_count,
 )
 
 MiB = 1024 * 1024
 DAY = 24 * 60 * 60
-_HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _WriteFactor = Annotated[float, Field(ge=0, le=10)]
 _Money = Annotated[float, Field(ge=0)]
 
@@ -63,12 +71,6 @@ def default_store_url(env: Mapping[str, str] | None = None) -> str:
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
-
-
-def _in_process_store(url: str) -> bool:
-    """memory://, or an SQLite database in memory: nothing another process can see."""
-    lowered = url.strip().lower()
-    return lowered.startswith("memory:") or lowered.startswith("sqlite:///:memory:")
 
 
 DEFAULT_SESSION_HEADERS = ("X-Session-Id", "session_id", "session-id", "x-claude-code-session-id")
@@ -201,14 +203,7 @@ class Settings(BaseSettings):
     @field_validator("upstream_base_url", "anthropic_base_url", "summary_upstream")
     @classmethod
     def _check_upstream(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.strip()
-        if not re.match(r"^https?://[^/?#\s]+", value):
-            raise ValueError("must be an absolute http:// or https:// URL")
-        if "?" in value or "#" in value:
-            raise ValueError("must not carry a query string or fragment")
-        return value.rstrip("/")
+        return None if value is None else upstream_url(value)
 
     @field_validator("prices", mode="before")
     @classmethod
@@ -227,70 +222,38 @@ class Settings(BaseSettings):
                 raise ValueError(f"cannot read the prices file {value}: {exc.strerror}") from exc
             except json.JSONDecodeError as exc:
                 raise ValueError(f"the prices file {value} is not JSON: {exc}") from exc
-        if isinstance(value, dict):
-            for name, entry in value.items():
-                if not isinstance(entry, dict) or "input" not in entry:
-                    raise ValueError(f"the price of {name!r} needs at least an input price")
-        return value
+        return checked_prices(value)
 
     @field_validator("store_url")
     @classmethod
     def _check_store(cls, value: str) -> str:
-        value = value.strip()
-        if not re.match(r"^(memory|sqlite|redis|rediss):", value, re.IGNORECASE):
-            raise ValueError("must be memory://, sqlite:///path.db or redis://host:port/db")
-        return value
+        return store_url(value)
 
     @field_validator("workers")
     @classmethod
     def _check_workers(cls, value: int, info: ValidationInfo) -> int:
-        store = str(info.data.get("store_url", ""))
-        if value > 1 and _in_process_store(store):
-            raise ValueError(
-                f"{value} workers cannot share {store}: it lives inside one process, so each "
-                "worker would keep sessions of its own; use sqlite:///path.db or "
-                "redis://host:port/db, or one worker"
-            )
-        return value
+        return worker_count(value, str(info.data.get("store_url", "")))
 
     @field_validator("session_headers", mode="before")
     @classmethod
     def _split_headers(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [value]  # a comma list, from the environment
-        if isinstance(value, list | tuple) and all(isinstance(n, str) for n in value):
-            return [part.strip() for n in value for part in n.split(",") if part.strip()]
-        return value
+        parts = comma_parts(value)
+        return value if parts is None else [part.strip() for part in parts]
 
     @field_validator("session_headers")
     @classmethod
     def _check_headers(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not _HEADER_TOKEN.match(name):
-                raise ValueError(f"{name!r} is not a valid HTTP header name")
-        return value
+        return header_names(value)
 
     @field_validator("tenant_header")
     @classmethod
     def _check_tenant_header(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.strip()
-        if not _HEADER_TOKEN.match(value):
-            raise ValueError(f"{value!r} is not a valid HTTP header name")
-        if value.lower() in ("authorization", "x-api-key", "api-key"):
-            raise ValueError("must not be a credential header (the credential is the default)")
-        return value
+        return None if value is None else tenant_header(value)
 
     @field_validator("compactor")
     @classmethod
     def _check_compactor(cls, value: str | None) -> str | None:
-        if value is not None and value not in BUILTIN_COMPACTORS and not _IMPORT_PATH.match(value):
-            raise ValueError(
-                f"must be one of {', '.join(BUILTIN_COMPACTORS)} "
-                'or an import path like "package.module:ClassName"'
-            )
-        return value
+        return None if value is None else compactor_name(value)
 
     @field_validator(
         "upstream_api_key", "anthropic_api_key", "summary_upstream_api_key", "admin_key"
@@ -303,11 +266,8 @@ class Settings(BaseSettings):
     @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _check_hosts(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [value]  # a comma list, from the environment
-        if isinstance(value, list | tuple) and all(isinstance(n, str) for n in value):
-            return normalise_names(p for n in value for p in n.split(",") if p.strip())
-        return value
+        parts = comma_parts(value)
+        return value if parts is None else normalise_names(parts)
 
     @field_validator("log_level", "log_format", "mode", mode="before")
     @classmethod
@@ -344,11 +304,6 @@ def colour_allowed(env: Mapping[str, str] | None = None) -> bool:
     return not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
 
 
-_JSON_FIELDS = frozenset(
-    {"context_windows", "cache_read_factors", "cache_write_factors", "cache_lifetimes"}
-)
-
-
 def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     values: dict[str, tuple[Any, str]] = {}
     errors: list[str] = []
@@ -356,7 +311,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if option.env is None or option.env not in env:
             continue
         raw: Any = env[option.env]
-        if option.field in _JSON_FIELDS:
+        if option.field in JSON_FIELDS:
             try:
                 raw = json.loads(raw)
             except json.JSONDecodeError:
@@ -379,39 +334,10 @@ def _file_values(path: Path) -> dict[str, tuple[Any, str]]:
         return {}
     if not isinstance(document, dict):
         raise ConfigError([f"config file {path}: the top level must be a mapping of sections"])
-    values: dict[str, tuple[Any, str]] = {}
-    errors: list[str] = []
-    sections = sorted({option.key.split(".")[0] for option in OPTIONS})
-    for section, entries in document.items():
-        if section not in sections:
-            errors.append(f"{section}: unknown config section (expected {', '.join(sections)})")
-            continue
-        if not isinstance(entries, dict):
-            errors.append(f"{section}: expected a mapping of keys")
-            continue
-        for name, value in entries.items():
-            option = OPTIONS_BY_KEY.get(f"{section}.{name}")
-            if option is None:
-                errors.append(f"{section}.{name}: unknown config key")
-                continue
-            values[option.field] = (value, str(path))
+    values, errors = document_values(document, str(path))
     if errors:
         raise ConfigError(errors)
     return values
-
-
-def _error_line(error: Mapping[str, Any], origins: Mapping[str, str]) -> str:
-    """`auto_compact.token_threshold: Input should be greater than 0 (from XUN_...)`."""
-    loc = tuple(error["loc"])
-    if not loc:
-        return f"config: {error['msg']}"
-    field = str(loc[0])
-    option = OPTIONS_BY_FIELD.get(field)
-    label = option.key if option is not None else field
-    for part in loc[1:]:
-        label += f"[{part}]" if isinstance(part, int) else f".{part}"
-    origin = origins.get(field)
-    return f"{label}: {error['msg']}" + (f" (from {origin})" if origin else "")
 
 
 def load_settings(
@@ -445,5 +371,5 @@ def load_settings(
         return Settings(**values)
     except ValidationError as exc:
         origins = {name: origin for name, (_, origin) in merged.items()}
-        lines = [_error_line(error, origins) for error in exc.errors()]
+        lines = [error_line(error, origins) for error in exc.errors()]
         raise ConfigError(lines) from exc

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.setting_values import BUILTIN_COMPACTORS, OPTIONS
+from proxy.setting_sources import OPTIONS
+from proxy.setting_values import BUILTIN_COMPACTORS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

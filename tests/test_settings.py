@@ -8,14 +8,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from proxy.settings import (
-    OPTIONS,
-    ConfigError,
-    Settings,
-    default_store_url,
-    is_loopback,
-    load_settings,
-)
+from proxy.setting_sources import OPTIONS
+from proxy.setting_values import is_loopback
+from proxy.settings import ConfigError, Settings, default_store_url, load_settings
 
 ENV: dict[str, str] = {"XDG_STATE_HOME": "/state"}
 

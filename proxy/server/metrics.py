@@ -7,7 +7,7 @@ time, the wire: chat, responses or messages), what the model asked back by tool
 (`request.state.lookback`, kept out of the log line) and the matched route's path template.
 Labels never carry a session id, a tenant, a key or a raw path: only route templates,
 statuses and small fixed vocabularies (tool names: capped and folded,
-`proxy.server.asked_back_metrics`).
+`proxy.server.asked_back_metrics`; models: `proxy.server.savings_metrics`).
 
 Under `--workers N` (proxy.server.workers) every worker's `Metrics(shared_dir=...)` keeps its
 values in files of prometheus_client's multiprocess mode, in a directory the main process
@@ -38,6 +38,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.server.asked_back_metrics import LookBackMetrics
+from proxy.server.savings_metrics import SavingsMetrics
 from proxy.store import Store, StoreError
 
 __all__ = ["CONTENT_TYPE", "Metrics", "MetricsMiddleware", "metrics_endpoint"]
@@ -53,7 +54,6 @@ _RECLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TRAIL_BUCKETS = (0.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0)
 _TOKEN_BUCKETS = tuple(float(2**n * 1000) for n in range(12))  # 1k .. 2M tokens
 _LABEL_VALUE = re.compile(r"^[a-z_]{1,40}$")
-_MODEL_VALUE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,40}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # The APIs the model routes speak; "none" for every other route (admin, health, metrics).
 WIRES = frozenset({"chat", "responses", "messages"})
@@ -64,12 +64,6 @@ def _label(value: Any, default: str = "other") -> str:
     """A label value from a small vocabulary; anything else folds into `default`."""
     text = str(value).lower() if value is not None else ""
     return text if _LABEL_VALUE.match(text) else default
-
-
-def _model_label(value: Any) -> str:
-    """A price-table entry's name (`proxy.compaction.prices.Prices.entry`), else "other"."""
-    text = str(value) if value is not None else ""
-    return text if _MODEL_VALUE.match(text) else "other"
 
 
 def wire_label(value: Any) -> str:
@@ -111,7 +105,7 @@ class Metrics:
 
     def __init__(self, *, shared_dir: str | None = None) -> None:
         self.shared_dir = shared_dir
-        # Each metric's child by its label values (`_child`, 9 a request), made once.
+        # Each metric's child by its label values (`_child`, 3 a request), made once.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
@@ -218,48 +212,8 @@ class Metrics:
     def _savings_metrics(self, reg: CollectorRegistry) -> None:
         # What the models asked back of what compaction took, by tool.
         self.lookback = LookBackMetrics(reg)
-        # Savings by model (a price-table entry, else "other"): what the proxy billed, what
-        # the clients' requests would have been billed directly, and the difference. Saved is
-        # a gauge: a turn that paid for a summary saves less than nothing.
-        self.prompt_tokens_sent = Counter(
-            "xun_prompt_tokens_sent",
-            "Prompt tokens billed through the proxy: requests, extract rounds, summary calls.",
-            ["model"],
-            registry=reg,
-        )
-        self.prompt_tokens_direct = Counter(
-            "xun_prompt_tokens_direct",
-            "Prompt tokens the clients' own requests would have been billed sent directly "
-            "(estimated).",
-            ["model"],
-            registry=reg,
-        )
-        self.prompt_tokens_saved = Gauge(
-            "xun_prompt_tokens_saved_total",
-            "Prompt tokens saved: the direct estimate less every prompt token billed.",
-            ["model"],
-            multiprocess_mode="sum",  # a running total: every worker's, dead ones' too
-            registry=reg,
-        )
-        self.cost_sent = Counter(
-            "xun_cost_sent",
-            "Money billed through the proxy, where a price is known.",
-            ["model"],
-            registry=reg,
-        )
-        self.cost_direct = Counter(
-            "xun_cost_direct",
-            "Money the clients' requests would have cost directly, where a price is known.",
-            ["model"],
-            registry=reg,
-        )
-        self.cost_saved = Gauge(
-            "xun_cost_saved_total",
-            "Money saved: the direct cost less what was billed, where a price is known.",
-            ["model"],
-            multiprocess_mode="sum",
-            registry=reg,
-        )
+        # Savings by model, in prompt tokens and money (proxy.server.savings_metrics).
+        self.savings = SavingsMetrics(reg)
 
     # -- feeding ------------------------------------------------------------------------
     def _child(self, metric: Any, *values: str) -> Any:
@@ -325,26 +279,7 @@ class Metrics:
             self.degraded.labels(reason=_label(degraded)).inc()
         saved = fields.get("savings")
         if isinstance(saved, Mapping) and not saved.get("shadow"):
-            self.observe_savings(saved)
-
-    def observe_savings(self, saved: Mapping[str, Any]) -> None:
-        """A turn's savings (`proxy.turn.billing.log_fields`); shadow turns are not counted."""
-        model = _model_label(saved.get("model"))
-        for name, counter, gauge in (
-            ("sent", self.prompt_tokens_sent, None),
-            ("direct", self.prompt_tokens_direct, None),
-            ("saved", None, self.prompt_tokens_saved),
-            ("cost_sent", self.cost_sent, None),
-            ("cost_direct", self.cost_direct, None),
-            ("cost_saved", None, self.cost_saved),
-        ):
-            value = _number(saved.get(name))
-            if value is None:
-                continue
-            if counter is not None and value > 0:
-                self._child(counter, model).inc(value)
-            if gauge is not None:
-                self._child(gauge, model).inc(value)
+            self.savings.observe(saved)
 
     def count_ahead(self, outcome: str) -> None:
         """One event of a summary written ahead (`proxy.turn.summary_ahead.AheadTasks`)."""

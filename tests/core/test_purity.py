@@ -26,6 +26,7 @@ PURE_MODULES = (
     "code_names.py",
     "content_text.py",
     "setting_values.py",
+    "setting_sources.py",
     "upstream/providers.py",
 )
 CORE = sorted(
