@@ -20,18 +20,16 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.errors import XunError
-from proxy.setting_sources import (
+from proxy.setting_values import (
     JSON_FIELDS,
     OPTIONS,
     OPTIONS_BY_FIELD,
-    document_values,
-    error_line,
-)
-from proxy.setting_values import (
     checked_prices,
     clean_secret,
     comma_parts,
     compactor_name,
+    document_values,
+    error_line,
     header_names,
     is_loopback,
     normalise_names,

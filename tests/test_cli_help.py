@@ -14,7 +14,7 @@ import pytest
 
 from proxy import cli
 from proxy.compaction.windows import CAP_WINDOW_SHARE, DEFAULT_WINDOW_SHARE
-from proxy.setting_sources import OPTIONS
+from proxy.setting_values import OPTIONS
 from proxy.settings import Settings, default_store_url
 
 CONFIGURATION = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text(

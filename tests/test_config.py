@@ -19,7 +19,7 @@ from proxy.compact import (
     placeholder_for,
 )
 from proxy.server.app import load_compactor
-from proxy.setting_sources import OPTIONS
+from proxy.setting_values import OPTIONS
 from proxy.settings import ConfigError, load_settings
 from proxy.turn.pipeline import MIN_HEADER_THRESHOLD
 from tests.support.agent import Agent, ModelScript, model_requests

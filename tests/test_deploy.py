@@ -22,7 +22,7 @@ import yaml
 
 from proxy import cli
 from proxy.server.app import create_app
-from proxy.setting_sources import OPTIONS
+from proxy.setting_values import OPTIONS
 from proxy.settings import CONFIG_ENV, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.setting_sources import OPTIONS
-from proxy.setting_values import BUILTIN_COMPACTORS
+from proxy.setting_values import BUILTIN_COMPACTORS, OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from proxy.setting_sources import OPTIONS
-from proxy.setting_values import is_loopback
+from proxy.setting_values import OPTIONS, is_loopback
 from proxy.settings import ConfigError, Settings, default_store_url, load_settings
 
 ENV: dict[str, str] = {"XDG_STATE_HOME": "/state"}

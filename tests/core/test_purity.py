@@ -26,7 +26,6 @@ PURE_MODULES = (
     "code_names.py",
     "content_text.py",
     "setting_values.py",
-    "setting_sources.py",
     "upstream/providers.py",
 )
 CORE = sorted(
