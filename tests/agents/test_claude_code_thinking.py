@@ -76,8 +76,11 @@ def direct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeMessages]:
 # rounds, kept in place, make those runs larger. With `extract_tool: after_compaction` (set
 # here) the first compaction also adds the extract tool, rewriting that 19k-token prefix: it
 # waits until a summary pays for that (about 44k tokens, whatever the threshold), and
-# placeholders come at the next compactions, so its threshold is nearer the prompt.
-THRESHOLDS = {(None, False): 22_000, ("seed", False): 32_000, (None, True): 22_000}
+# placeholders come at the next compactions, so its threshold is nearer the prompt. The
+# cost-aware defaults compact sooner (patience 0.5, a summary once half of what the last one
+# removed has regrown), so the default's thresholds sit where its last compaction leaves
+# three or more steps of valid thinking and the hidden round's thinking reaches a request.
+THRESHOLDS = {(None, False): 25_500, ("seed", False): 32_000, (None, True): 27_000}
 THRESHOLDS[("seed", True)] = 34_000
 
 
