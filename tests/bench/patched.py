@@ -188,7 +188,7 @@ STAGES = (
     "proxy.turn.pipeline:Pipeline.prepare",
     "proxy.turn.pipeline:Pipeline.cache_cold",
     "proxy.turn.session_turn:Turn.load",
-    "proxy.turn.session_turn:Turn._rebuild",
+    "proxy.turn.session_turn:Turn.rebuild_from",
     "proxy.turn.whole_answer:complete",
     "proxy.turn.pipeline:Pipeline.open",
     "proxy.upstream.client:Upstream.send",
