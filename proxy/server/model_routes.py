@@ -23,6 +23,7 @@ from proxy.server.forward import forward, read_body, upstream_for
 from proxy.session import identity
 from proxy.session.history import UnrecognisedHistory
 from proxy.session.json_limits import Written, compaction_blocker
+from proxy.turn import streaming, whole_answer
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.pipeline import Pipeline
 from proxy.upstream.client import Upstream
@@ -140,5 +141,5 @@ async def _serve(request: Request, wire: Wire, upstream: Upstream | None) -> Res
         handler.turn.rb = None
         handler.turn.degraded = "prepare_failed"
     # What a compaction decided is saved already: a client that leaves now only stops the call.
-    work = handler.start_stream() if handler.stream else handler.complete()
+    work = streaming.start_stream(handler) if handler.stream else whole_answer.complete(handler)
     return await unless_client_leaves(request.receive, work)

@@ -1,8 +1,10 @@
 """One compacting turn, whatever the wire format: the request flow of every model route.
 
-route -> wire.parse -> Pipeline.prepare (session key, load, rebuild, compact: threshold, projected
-and reactive triggers) -> wire.upstream_body -> upstream -> wire relay (hides the proxy's extract
-calls; the pipeline answers them and asks upstream again) -> record the usage, save.
+route -> wire.parse -> Pipeline.prepare (session key, load, rebuild, compact: threshold and
+projected triggers) -> wire.upstream_body -> upstream -> the answer, whole
+(`proxy.turn.whole_answer`) or streamed (`proxy.turn.streaming`), the proxy's extract calls
+answered here and asked upstream again -> `finish` (`proxy.turn.turn_record`). A context-length
+refusal compacts harder and sends again (`proxy.turn.length_escalation`).
 `proxy.turn.session_turn.Turn` holds the session's state and the compaction lease; the wire adapter
 (`proxy.wire`) knows bodies, streams, usage and error shapes. Every failure of the proxy's own
 degrades to sending the request upstream uncompacted.
@@ -18,41 +20,35 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from proxy.compact import CompactorAbstract
 from proxy.compaction.cache_life import cache_cold
 from proxy.compaction.economics import Economics, cache_factor_for, observed_hit_ratio, write_terms
-from proxy.compaction.escalation import ForcedSummary, calibrate, calibrated, ladder
+from proxy.compaction.escalation import ForcedSummary
 from proxy.compaction.windows import known_window, threshold_for
-from proxy.errors import ProxyError, UpstreamInvalidResponse
+from proxy.errors import ProxyError
 from proxy.session.extract_tool import split_calls
-from proxy.session.hidden_rounds import Answered, extract_calls, round_entry
+from proxy.session.hidden_rounds import Answered
 from proxy.session.identity import session_key, tenant_of
 from proxy.session.json_limits import Written, dumps_body
-from proxy.session.rebuild import record_turn
-from proxy.session.state import add_hidden, add_round
+from proxy.session.state import add_hidden
 from proxy.store.base import SessionKey
-from proxy.trail import counts as trail_counts
-from proxy.turn import billing, summary_ahead
+from proxy.turn import billing, length_escalation, summary_ahead, turn_record
 from proxy.turn.session_turn import Turn
-from proxy.turn.streaming import NOT_A_STREAM, readable_stream, relay_stream
 from proxy.turn.summary_upstream import post_summary as post_summary_elsewhere
 from proxy.turn.thinking_binder import Binder
 from proxy.upstream.client import Upstream, UpstreamResponse, read_response
 from proxy.wire.base import JSON, Round, Usage, Wire, tools_block_chars
 from proxy.wire.chat.adapter import ChatWire
-from proxy.wire.refusal import is_length_refusal, missing_tokens, window_of
+from proxy.wire.refusal import is_length_refusal
 from proxy.wire.summary import billed, post_summary
 
 log = logging.getLogger("proxy.pipeline")
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # The least `X-Xun-Token-Threshold` asks for: below it, a value counts as this.
 MIN_HEADER_THRESHOLD = 1024
-NOT_JSON = "The upstream API answered 200 with a body that is not JSON."
 
 
 class Pipeline:
@@ -266,38 +262,6 @@ class Pipeline:
             headers["x-xun-compaction"] = "unsupported" if unsupported else "none"
         return headers
 
-    async def escalate(self, error_body: Any) -> bool:
-        """After a context-length refusal: compact harder, one step of the ladder at a time
-        (`proxy.compaction.escalation`), until a step removed at least what the refusal said was
-        missing; True when the request is worth sending again."""
-        rb = self.turn.rb
-        if rb is None or not self.compaction_enabled() or self.turn.degraded:
-            return False
-        window = window_of(error_body)
-        if window:
-            rb.state.context_window = window
-        missing = missing_tokens(error_body)
-        threshold = self.threshold()
-        removed = 0
-        if self.ladder is None:
-            settings = self.settings
-            self.ladder = ladder(
-                settings.toolcall_keep_max, settings.summary_keep_max, settings.max_retries
-            )
-        while self.rung < len(self.ladder):
-            step = self.ladder[self.rung]
-            self.rung += 1
-            before = rb.conversation.estimated_message_length()
-            await self.prepare(force_tokens=max(threshold * 2, 1), threshold=threshold, step=step)
-            if self.turn.rb is None:
-                return False
-            rb = self.turn.rb
-            removed += max(0, before - rb.conversation.estimated_message_length())
-            gained = calibrated(removed // 4, rb.state.calibration)
-            if removed and (missing is None or gained >= missing):
-                return True
-        return False
-
     def current_body(self) -> JSON:
         """The body of the next upstream round: the rebuilt request, then the proxy's own
         extract rounds of this request so far."""
@@ -334,7 +298,9 @@ class Pipeline:
                 data: Any = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 data = None
-            if is_length_refusal(resp.status_code, data) and await self.escalate(data):
+            if is_length_refusal(resp.status_code, data) and await length_escalation.escalate(
+                self, data
+            ):
                 body = self.current_body()
                 continue
             return None, Response(
@@ -359,44 +325,6 @@ class Pipeline:
             scopes = self.answered.scopes(extract)
             add_hidden(rb.state, len(rb.messages), own, extract, results, scopes)
 
-    async def complete(self) -> Response:
-        body = self.turn.upstream_body(stream=False)
-        rounds: list[Round] = []
-        while True:
-            resp, error = await self.open_checked(body)
-            if error is not None:
-                await self.finish(None, save=False)
-                return error
-            assert resp is not None
-            raw = await read_response(resp)
-            try:
-                rnd = self.wire.reply_round(orjson.loads(raw))
-            except orjson.JSONDecodeError:  # a gateway's HTML page, a body cut short
-                await self.finish(None, save=False)
-                return self.error_response(UpstreamInvalidResponse(NOT_JSON))
-            except UpstreamInvalidResponse as exc:
-                await self.finish(None, save=False)
-                return self.error_response(exc)
-            rounds.append(rnd)
-            self.note_first(rnd)
-            _, extract = split_calls(rnd.message.get("tool_calls"))
-            if extract and self.turn.injected:
-                results = self.turn.looked.answered(extract, self.extract_results(extract))
-                if rnd.only_extract and self.rounds_left(len(rounds) - 1):
-                    self.continuations.append((rnd, results))
-                    body = self.current_body()  # as compacted, if a refusal escalated
-                    continue
-                self.hide(rnd, extract, results)
-            break
-        reply = self.wire.client_reply(self.client_body, rounds, injected=self.turn.injected)
-        # Recorded once the answer is out, before the request ends: the next one finds the save.
-        return Response(
-            orjson.dumps(reply),
-            media_type="application/json",
-            headers=self.response_headers(),
-            background=BackgroundTask(self.finish, rounds[-1].usage),
-        )
-
     def error_response(self, exc: ProxyError) -> Response:
         body = self.wire.error_body(exc.status, exc.message, exc.type, exc.code, exc.param)
         headers = {**self.response_headers(), **exc.headers}
@@ -410,15 +338,6 @@ class Pipeline:
         self.measure.round(rnd.usage)
         self.binder.note(rnd)
 
-    def calibrate(self, sent: int) -> None:
-        """Update the session's ratio of billed to estimated prompt tokens (`sent`: the
-        estimate of the messages sent)."""
-        rb = self.turn.rb
-        if rb is None or not self.first_prompt:
-            return
-        tools = billing.tools_tokens(self.wire.tools(self.client_body))
-        calibrate(rb.state, self.first_prompt, sent + tools)
-
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None:
         """Record the turn's usage, save the state, and note what happened for logs/metrics.
 
@@ -429,72 +348,5 @@ class Pipeline:
         """
         rb = self.turn.rb
         if rb is not None and save:
-            rb.state.wire = self.wire.name  # for the admin API, the viewer and the CLI
-            for rnd, results in self.continuations:  # later requests carry them again
-                message, shown = self.wire.hidden_round(self.client_body, rnd, stream=self.stream)
-                scopes = self.answered.scopes(extract_calls(rnd.message))
-                add_round(rb.state, len(rb.messages), round_entry(message, shown, results, scopes))
-            needed = self.first_prompt or usage is not None
-            sent = rb.sent_estimate() if needed else 0  # once: it may rebuild the messages
-            self.calibrate(sent)
-            looked = self.turn.looked.settle(rb.state, self.request.state)
-            if usage is not None:
-                summary_ahead.bill_used(self.turn.ahead, self.measure)
-                saved = self.measure.record(
-                    rb, self.wire, self.client_body, injected=self.turn.injected, sent=sent
-                )
-                ahead = summary_ahead.fields(self.turn.ahead, self.cache_cold())
-                record_turn(
-                    rb,
-                    total_tokens=usage.total,
-                    prompt_tokens=usage.prompt,
-                    cached_tokens=usage.cached,
-                    written_tokens=usage.written,
-                    compaction=self.turn.compaction,
-                    extra={"savings": saved, **ahead} | looked,
-                    now=self.arrived,
-                )
-                vec = billing.count(rb, saved)
-                if vec is not None:
-                    prices = getattr(self.request.app.state, "prices", None)
-                    self.log_fields["savings"] = billing.log_fields(saved["model"], vec, prices)
-            await self.turn.save(wait=False)
-            summary_ahead.after_turn(self)  # the session's next summary, written in the background
-        report = self.turn.reports[-1] if self.turn.reports else {}
-        self.log_fields.update(
-            session=self.turn.key.id[:12],
-            tenant=self.turn.key.tenant[:8],
-            model=self.client_body.get("model"),
-            upstream_ms=round(self.upstream_ms, 2),
-            compaction=self.turn.compaction,
-            prompt_tokens=usage.prompt if usage is not None else None,
-            tokens_before=report.get("tokens_before"),
-            tokens_after=report.get("estimated_tokens_after"),
-            summary_calls=self.turn.summarizer.calls if self.turn.summarizer else 0,
-            extract_calls=self.extract_calls,
-            degraded=self.turn.degraded,
-            store_errors=self.turn.store_errors,
-            lease=self.turn.lease,  # how the compaction lease went (session_turn.Turn.lease)
-            trail_entries=trail_counts(rb.state.trail)
-            if rb is not None and self.turn.compaction == "summary"
-            else None,
-        )
-
-    async def start_stream(self) -> Response:
-        body = self.turn.upstream_body(stream=True)
-        resp, error = await self.open_checked(body)
-        if error is not None:
-            await self.finish(None, save=False)
-            return error
-        assert resp is not None
-        if not readable_stream(resp):  # an HTML page: no event will ever come
-            await resp.aclose()
-            await self.finish(None, save=False)
-            return self.error_response(UpstreamInvalidResponse(NOT_A_STREAM))
-        headers = {**SSE_HEADERS, **self.response_headers()}
-        return StreamingResponse(
-            relay_stream(self, resp, body),
-            media_type="text/event-stream",
-            headers=headers,
-            background=BackgroundTask(resp.aclose),
-        )
+            await turn_record.record(self, rb, usage)
+        turn_record.note_fields(self, rb, usage)

@@ -1,6 +1,7 @@
 """One chat turn of a session: load its state, rebuild, compact, and save what was decided.
 
-This is the orchestration between the pure core (session, compact, merge) and the store.
+This is the orchestration between the pure core (session, compact, merge) and the store;
+the compactor's run itself, once the lease is held, is `proxy.turn.compaction_run`.
 Every failure here degrades to sending the client's request upstream uncompacted; it is
 logged and counted (`store_errors`), never shown to the client.
 
@@ -19,15 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.compact import CompactionContext, CompactorAbstract
+from proxy.compact import CompactorAbstract
 from proxy.compaction.economics import Economics
 from proxy.compaction.summarizer import PostFn, Summarizer
-from proxy.session import asked_back
 from proxy.session.history import UnrecognisedHistory
 from proxy.session.json_limits import Written
-from proxy.session.rebuild import Rebuild, apply_compaction, cover, rebuild
+from proxy.session.rebuild import Rebuild, rebuild
 from proxy.session.state import SessionState
 from proxy.store.base import SessionKey, Store, StoreError
+from proxy.turn import compaction_run
 from proxy.turn.asked_back_tally import TurnLookBack
 from proxy.turn.lease import LEASE_TTL_S, LEASE_WAIT_S, keep_lease, release_lease, take_lease
 from proxy.turn.persist import SETTLE_WAIT_S, SessionWriter, save_turn, stored_state, take_decoded
@@ -82,7 +83,7 @@ class Turn:
     def history(self) -> Any:
         return self.body.get("messages") if self.messages is None else self.messages
 
-    def _rebuild(self, state: SessionState | None) -> Rebuild:
+    def rebuild_from(self, state: SessionState | None) -> Rebuild:
         received, written = self.hashed()
         rb = rebuild(self.history, state, written, received, self.wire.unmerge)
         if state is not None and rb.state is not state:  # diverged: a prepared summary stays,
@@ -137,7 +138,7 @@ class Turn:
             taken = None if stored.damaged else take_decoded(self.store, self.key, stored.version)
             state = taken if taken is not None else stored_state(stored)
         try:
-            self.rb = self._rebuild(state)
+            self.rb = self.rebuild_from(state)
         except UnrecognisedHistory as exc:
             self.degraded = "unrecognised_history"
             log.info("history not understood, passing through unchanged: %s", exc)
@@ -171,7 +172,7 @@ class Turn:
             state.context_window = self.rb.state.context_window  # learned by this request
         self.version = None if stored is None else stored.version
         self.saved = None if stored is None else stored.data
-        self.rb = self._rebuild(state)
+        self.rb = self.rebuild_from(state)
         return True
 
     def over(self, threshold: int, force_tokens: int | None) -> int | None:
@@ -197,7 +198,9 @@ class Turn:
         """
         if self.rb is None or self.over(threshold, force_tokens) is None:
             return
-        if not self._would_compact(compactor, threshold, force_tokens, summary_model, economics):
+        if not compaction_run.would_compact(
+            self, compactor, threshold, force_tokens, summary_model, economics
+        ):
             return  # nothing to do: no lease, so the session's requests never queue for it
         token = await take_lease(self, threshold, force_tokens)
         if token is None:
@@ -209,7 +212,9 @@ class Turn:
             renewer = asyncio.create_task(keep_lease(self, token))
             try:
                 econ = economics() if economics is not None else None
-                await self._run(compactor, projected, threshold, post, summary_model, econ)
+                await compaction_run.run(
+                    self, compactor, projected, threshold, post, summary_model, econ
+                )
             finally:
                 renewer.cancel()
                 await asyncio.wait([renewer])
@@ -217,128 +222,6 @@ class Turn:
                 await self.save()  # before the lease goes: the next holder must see it
         finally:
             await release_lease(self, token)
-
-    def _would_compact(
-        self,
-        compactor: CompactorAbstract,
-        threshold: int,
-        force_tokens: int | None,
-        summary_model: str | None,
-        economics: Callable[[], Economics | None] | None,
-    ) -> bool:
-        """Ask a compactor that can tell (`would_compact`) whether it would act on the state
-        as loaded; when it would wait, keep what it noted (the savings forgone) as `_run`
-        would. Compactors that cannot tell are always run, under the lease.
-        """
-        would_compact = getattr(compactor, "would_compact", None)
-        if would_compact is None:
-            return True
-        assert self.rb is not None
-        rb = self.rb
-        conv = rb.conversation
-        before = conv.total_tokens
-        conv.total_tokens = self.over(threshold, force_tokens)
-        shared = getattr(compactor, "summary_shares_prefix", False) and not summary_model
-        econ = self._learned(economics() if economics is not None else None)
-        agent = CompactionContext(
-            conversation=conv,
-            summarize=_NoSummary(shares_prefix=shared),
-            token_threshold=threshold,
-            economics=econ,
-        )
-        try:
-            acts = bool(would_compact(agent))
-        except Exception:  # let the compaction itself run (and fail) under the lease
-            log.exception("asking the compactor failed")
-            return True
-        finally:
-            conv.total_tokens = before
-        if not acts and econ is not None:
-            rb.state.accrued = econ.accrued
-        return acts
-
-    async def _run(
-        self,
-        compactor: CompactorAbstract,
-        projected: int,
-        threshold: int,
-        post: PostFn,
-        summary_model: str | None,
-        economics: Economics | None = None,
-    ) -> None:
-        assert self.rb is not None
-        rb = self.rb
-        conv = rb.conversation
-        conv.total_tokens = projected
-        shared = getattr(compactor, "summary_shares_prefix", False) and not summary_model
-        self.summarizer = Summarizer(
-            post=post,
-            model=summary_model or str(self.body.get("model") or ""),
-            tools=self.upstream_tools() if shared else self.summary_tools(),
-            # Same model, same tools, same messages as the request about to be sent: the
-            # provider serves the summary request from the prompt cache.
-            prefix=rb.upstream_messages() if shared else None,
-        )
-        summarize: Any = self.summarizer
-        if self.ahead is not None:  # only a request over the window waits for a summary
-            ceiling = (economics or Economics()).ceiling()
-            summarize = self.ahead.wrap(rb, self.summarizer, must_wait=projected >= ceiling)
-        agent = CompactionContext(
-            conversation=conv,
-            summarize=summarize,
-            token_threshold=threshold,
-            economics=self._learned(economics),
-        )
-        before = set(rb.state.reclaimed)
-        try:
-            report = await compactor.auto_compact(agent)
-        except Exception:
-            log.exception("compaction failed, sending uncompacted")
-            state = SessionState.from_bytes(rb.state.to_bytes())
-            self.rb = self._rebuild(state)
-            self.compaction = "failed"
-            return
-        if self.ahead is not None and self.ahead.settle(rb, report, projected):
-            # The summary is still being written: go up as without compacting.
-            self.rb = self._rebuild(SessionState.from_bytes(rb.state.to_bytes()))
-            return
-        apply_compaction(rb)
-        self._count_reclaimed(rb, before)
-        self.reports.append(report.to_dict())
-        if economics is not None:
-            rb.state.accrued = economics.accrued
-        if report.level == "summary" and report.estimated_tokens_after is not None:
-            rb.state.size_after_summary = report.estimated_tokens_after
-            rb.state.removed_by_summary = max(0, projected - report.estimated_tokens_after)
-        if report.level != "none":
-            self.compaction = (
-                report.level if self.compaction in ("none", "toolcall") else self.compaction
-            )
-            state = rb.state
-            state.last_compaction = report.to_dict()
-            # The state now describes this request's messages at their compacted size, so a
-            # request of the same history that reads it does not compact again.
-            cover(rb)
-            state.total_tokens = conv.total_tokens
-
-    def _learned(self, econ: Economics | None) -> Economics | None:
-        """The session's costs with what level 1 learned from its model's look-backs
-        (`proxy.session.asked_back`; `auto_compact.adaptive_reclaim`)."""
-        rb = self.rb
-        if econ is not None and rb is not None and self.learn and rb.state.lookback:
-            econ.reclaim_policy = asked_back.learned(
-                rb.state.lookback, rb.messages, lambda: rb.keys
-            )
-        return econ
-
-    @staticmethod
-    def _count_reclaimed(rb: Rebuild, before: set[str]) -> None:
-        """Count the results this compaction reclaimed by their tool."""
-        new = [k for k in rb.state.reclaimed if k not in before]
-        if new:
-            counts = asked_back.Counts(rb.state.lookback, rb.state.searches)
-            names = asked_back.names_by_key(rb.messages, rb.keys)
-            asked_back.count_reclaimed(counts, names, new)
 
     def summary_tools(self) -> list[dict[str, Any]] | None:
         tools = self.wire.tools(self.body)
@@ -396,13 +279,3 @@ class Turn:
             await self.writer.save(self)
         else:
             self.writer.submit(self)
-
-
-@dataclass(frozen=True)
-class _NoSummary:
-    """The summariser while a compactor is only asked whether it would compact."""
-
-    shares_prefix: bool = False
-
-    async def __call__(self, messages: list[dict[str, Any]]) -> str | None:
-        return None

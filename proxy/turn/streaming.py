@@ -1,4 +1,5 @@
-"""A streamed turn's relay: the upstream's events to the client, in the wire's own shape.
+"""A streamed turn's answer: the stream opened, and the relay of the upstream's events to the
+client, in the wire's own shape.
 
 Each upstream round goes through the wire's `StreamRelay`, which hides the proxy's extract
 calls; the pipeline answers them and asks upstream again, and the client sees one stream.
@@ -11,7 +12,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from starlette.responses import Response
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
 
 from proxy.errors import ProxyError, UpstreamInvalidResponse
 from proxy.session.extract_tool import split_calls
@@ -21,6 +23,8 @@ from proxy.wire.base import JSON, Round, StreamRelay, Usage, Wire
 from proxy.wire.sse import SSEDecoder
 
 log = logging.getLogger("proxy.pipeline")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 class Rounds(Protocol):
@@ -39,6 +43,29 @@ class Rounds(Protocol):
     def hide(self, rnd: Round, extract: list[JSON], results: list[JSON]) -> None: ...
     async def open_checked(self, body: JSON) -> tuple[UpstreamResponse | None, Response | None]: ...
     async def finish(self, usage: Usage | None, *, save: bool = True) -> None: ...
+    def error_response(self, exc: ProxyError) -> Response: ...
+    def response_headers(self) -> dict[str, str]: ...
+
+
+async def start_stream(p: Rounds) -> Response:
+    """Open the turn's first round and answer with its relay (or with the upstream's error)."""
+    body = p.turn.upstream_body(stream=True)
+    resp, error = await p.open_checked(body)
+    if error is not None:
+        await p.finish(None, save=False)
+        return error
+    assert resp is not None
+    if not readable_stream(resp):  # an HTML page: no event will ever come
+        await resp.aclose()
+        await p.finish(None, save=False)
+        return p.error_response(UpstreamInvalidResponse(NOT_A_STREAM))
+    headers = {**SSE_HEADERS, **p.response_headers()}
+    return StreamingResponse(
+        relay_stream(p, resp, body),
+        media_type="text/event-stream",
+        headers=headers,
+        background=BackgroundTask(resp.aclose),
+    )
 
 
 async def relay_stream(p: Rounds, resp: UpstreamResponse, body: JSON) -> AsyncIterator[bytes]:
