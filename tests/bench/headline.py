@@ -39,7 +39,7 @@ SOURCES = {
     # section 2's run, the only one with Headroom in the replay
     "economy-headroom": "economy",
     # the default strategy with every uncached prompt token billed as a cache write at 1.25x
-    "economy-writes": "economy-writes-w1.25",
+    "economy-writes": "economy-writes-final-w1.25",
     "scale": "scale",
     # tests.bench.lookback over the whole corpus, every wire (coverage-repeat and -race are its
     # reproducibility runs on one trajectory)
