@@ -73,6 +73,33 @@ def test_reruns_match_only_results_reclaimed_before_the_new_messages() -> None:
     assert asked_back.reruns(messages, keys, [], 5) == []
 
 
+def test_a_request_digests_only_the_reclaimed_calls_that_may_match_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 500 reclaimed reads of other files: a request that re-runs one of them (its keys in
+    # another order and spacing) digests that one and its own call, not the other 499.
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    keys: dict[int, str] = {}
+    for n in range(500):
+        args = f'{{"path": "src/module_{n}.py", "limit": 200}}'
+        messages.append({"role": "assistant", "tool_calls": [_call(f"c{n}", "read_file", args)]})
+        keys[len(messages)] = f"c{n}"
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "x"})
+    start = len(messages)
+    again = '{ "limit":200, "path":"src/module_250.py" }'
+    messages.append({"role": "assistant", "tool_calls": [_call("new", "read_file", again)]})
+    digested: list[str] = []
+    original = asked_back.signature
+
+    def counting(call: Any) -> str:
+        digested.append(str(call.get("id")))
+        return original(call)
+
+    monkeypatch.setattr(asked_back, "signature", counting)
+    assert asked_back.reruns(messages, keys, list(keys.values()), start) == ["read_file"]
+    assert sorted(set(digested)) == ["c250", "new"]
+
+
 @pytest.mark.parametrize(
     ("row", "expected"),
     [
