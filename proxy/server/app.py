@@ -45,8 +45,7 @@ from proxy.store.cache import with_cache
 from proxy.turn.body_reuse import BodyReuse
 from proxy.turn.persist import SessionWriter
 from proxy.turn.shadow_work import ShadowTasks
-from proxy.turn.summary_ahead import AheadTasks
-from proxy.turn.summary_ahead_limits import share_of
+from proxy.turn.summary_ahead_limits import AheadTasks, share_of
 from proxy.turn.summary_upstream import open_summary_upstream
 from proxy.upstream.client import Pool, Upstream
 from proxy.wire.neutral_reuse import NeutralReuse

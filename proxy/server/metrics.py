@@ -282,7 +282,7 @@ class Metrics:
             self.savings.observe(saved)
 
     def count_ahead(self, outcome: str) -> None:
-        """One event of a summary written ahead (`proxy.turn.summary_ahead.AheadTasks`)."""
+        """One event of a summary written ahead (`proxy.turn.summary_ahead_limits.AheadTasks`)."""
         self.summary_ahead.labels(outcome=_label(outcome)).inc()
 
     def observe_compaction(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -49,7 +49,7 @@ from proxy.session.state import SessionState
 from proxy.session.turn_log import decode
 from proxy.turn.billing import Measure
 from proxy.turn.summary_ahead_job import Job, prepare
-from proxy.turn.summary_ahead_limits import Backoff, Share
+from proxy.turn.summary_ahead_limits import AheadTasks
 from proxy.wire.base import Usage
 
 log = logging.getLogger("proxy.ahead")
@@ -60,54 +60,7 @@ log = logging.getLogger("proxy.ahead")
 # 1-6 % on two trajectories to such unused summaries.
 QUICK_SUMMARY_SECONDS = 1.0
 
-Count = Callable[[str], None]
 POOL_FULL = "upstream_pool_exhausted"
-
-
-class AheadTasks:
-    """The process's summaries in flight, one per session; dropped at shutdown.
-
-    `count(outcome)` feeds the metric: started, ready, used, unused, waiting (a turn that
-    would have summarised went up without), busy (another replica writes it), failed,
-    deferred (the share of the upstream pool was full, `proxy.turn.summary_ahead_limits`),
-    backoff (a turn that skipped its try after failures).
-    """
-
-    def __init__(self, count: Count | None = None, share: int = 1 << 30) -> None:
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.count: Count = count or (lambda outcome: None)
-        self.share = Share(share)  # summaries waiting on the upstream at once, at most
-        self.backoff = Backoff()
-        # How long the last summary of each model took here: a session's first summary
-        # starts as far ahead as that needs (the session's own is kept in its state).
-        self.seconds: dict[str, float] = {}
-
-    def busy(self, session_id: str) -> bool:
-        task = self.tasks.get(session_id)
-        return task is not None and not task.done()
-
-    def start(self, session_id: str, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self.tasks[session_id] = task
-        task.add_done_callback(lambda t: self._done(session_id, t))
-
-    def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
-        if self.tasks.get(session_id) is task:
-            del self.tasks[session_id]
-
-    async def idle(self) -> None:
-        """Wait for the summaries in flight (tests)."""
-        while self.tasks:
-            await asyncio.wait(list(self.tasks.values()))
-
-    async def close(self) -> None:
-        """Drop the summaries in flight: a restart loses them, nothing half-written stays."""
-        tasks = list(self.tasks.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
-        self.tasks.clear()
 
 
 class Pipeline(Protocol):

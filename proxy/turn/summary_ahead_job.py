@@ -15,17 +15,15 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proxy.compaction.summarizer import Summarizer
 from proxy.session.prepared import Prepared, base_of
 from proxy.store.base import SessionKey, Store, StoreError, VersionConflict
 from proxy.turn.lease import LEASE_TTL_S
 from proxy.turn.persist import parse_state
+from proxy.turn.summary_ahead_limits import AheadTasks
 from proxy.wire.base import Usage
-
-if TYPE_CHECKING:
-    from proxy.turn.summary_ahead import AheadTasks
 
 log = logging.getLogger("proxy.ahead")
 

@@ -9,7 +9,7 @@ ends the stream with an error event. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -17,11 +17,14 @@ from proxy.errors import UpstreamInvalidResponse
 from proxy.wire.chat.checks import check_completion
 from proxy.wire.sse import encode_data
 
-if TYPE_CHECKING:
-    from proxy.wire.chat.stream import StreamRound
+
+class Feeds(Protocol):
+    """What relaying a whole completion needs of a stream's round (`stream.StreamRound`)."""
+
+    def feed(self, chunk: dict[str, Any]) -> dict[str, Any] | None: ...
 
 
-def relay_completion(raw: bytes, rnd: StreamRound) -> list[bytes]:
+def relay_completion(raw: bytes, rnd: Feeds) -> list[bytes]:
     """The events for a whole `chat.completion` the upstream sent as the answer to a stream
     request (`content-type: application/json`): one chunk, its calls filtered like any
     other; the caller ends the stream as usual. A body that is not a completion raises
