@@ -45,8 +45,13 @@ TOOL_OUTPUT = ("line of tool output " * 4 + "\n") * 20  # ~1.7 KB per tool resul
 # place (sys._debugmallocstats after a run: live blocks +0.2 to 0.8 MB, 6 more arenas).
 # Measured at the defaults: 1.3 to 7.5 MiB stay, of a peak 12 to 25 MiB above the baseline
 # (before the page caches were emptied: 5.7 to 8.7 MiB; before the idle reclaim and the fixed
-# mmap threshold, 14 to 26 MiB).
+# mmap threshold, 14 to 26 MiB). What stays is fragments, so it grows with the peak: with the
+# rest of the suite running beside it on 2 cores, requests pile up, the peak reached 50 MiB
+# above the baseline and 17.7 MiB stayed (a second round then added 1.2 MiB: nothing grew).
+# So the bound is 16 MiB or 40 % of the peak's rise, whichever is larger; the second round
+# below is the check that nothing accumulates.
 RSS_SLACK_KIB = 16 * 1024
+RSS_SLACK_OF_PEAK = 0.4
 # A second round of the same load (half as long) may add this much more: the check that memory
 # does not grow with the requests served (measured: -0.8 to +0.8 MiB; before the idle reclaim
 # and the fixed mmap threshold, a second 60 s round added 9 MiB).
@@ -257,7 +262,8 @@ def test_200_sessions_for_60_seconds(
     assert not errors, summary
     assert requests >= SESSIONS, summary  # every session got through at least one turn
     cached = max(0, after.cache_kib - baseline.cache_kib)
-    assert after.rss_kib <= baseline.rss_kib + cached + RSS_SLACK_KIB, summary
+    slack = max(RSS_SLACK_KIB, RSS_SLACK_OF_PEAK * (first.peak_kib - baseline.rss_kib))
+    assert after.rss_kib <= baseline.rss_kib + cached + slack, summary
     cached = max(0, again.cache_kib - after.cache_kib)
     assert again.rss_kib <= after.rss_kib + cached + REPEAT_SLACK_KIB, summary
     assert b"Traceback" not in proxy.logs()
