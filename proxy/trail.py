@@ -58,11 +58,12 @@ KINDS = ("file", "command", "error", "constraint", "name")
 OPS = ("read", "write", "edit", "delete", "unknown")
 
 
-def default_budget(threshold: int | None) -> int:
-    """The trail's token budget: min(2,400, 7.5% of the compaction threshold)."""
+def default_budget(threshold: int | None, share: float | None = None) -> int:
+    """The trail's token budget: min(2,400, 7.5% (or `share`) of the compaction threshold)."""
     if threshold is None or threshold <= 0:
         return DEFAULT_BUDGET_TOKENS
-    return max(0, min(DEFAULT_BUDGET_TOKENS, int(threshold * BUDGET_SHARE)))
+    share = BUDGET_SHARE if share is None else share
+    return max(0, min(DEFAULT_BUDGET_TOKENS, int(threshold * share)))
 
 
 # -- merging --------------------------------------------------------------------------------

@@ -105,14 +105,14 @@ class CacheAwareCompactor(CompactorAbstract):
     # Every later turn re-sends what a compaction keeps, so the per-turn cost grows with the
     # tail (BENCHMARKS.md section 5); the tail holds what the model needs to go on (the last
     # exchanges), which does not grow with the model's window.
-    # 3 % of the threshold (8 % before): the tail is re-sent on every turn until the next
-    # summary, and what it held is still one search or read away (the extract tool).
+    # 1.5 % of the threshold (3 %, and 8 % before): the tail is re-sent on every turn until
+    # the next summary, and what it held is still one search or read away (the extract tool).
     target_ratio: float = 0.3
-    tail_ratio: float = 0.03
+    tail_ratio: float = 0.015
     tail_max_tokens: int = 3000
-    # The newest tool results kept whole at a reclaim: within 5 % of the threshold (10 %
-    # before), and at most `toolcall_keep_max`.
-    keep_tool_ratio: float = 0.05
+    # The newest tool results kept whole at a reclaim: within 3 % of the threshold (5 %, and
+    # 10 % before), and at most `toolcall_keep_max`.
+    keep_tool_ratio: float = 0.03
     toolcall_keep_max: int = 12
     # Compact once the savings forgone while waiting reach this multiple of the cost: 1.0
     # is rent-or-buy's break-even (buy once the rent paid equals the price). 2.0 waited too
@@ -125,15 +125,20 @@ class CacheAwareCompactor(CompactorAbstract):
     patience: float = 0.5
     # Plans are compared by what they save over this many turns (at least), net of cost.
     min_horizon: float = 4.0
-    # No loops: a new summary once the session regrew this share of what the last removed.
-    regrow_share: float = 0.5
+    # No loops: a new summary once the session regrew this share of what the last removed
+    # (a quarter; half before: a session back over the threshold waited on level 1 alone).
+    regrow_share: float = 0.25
+    # The artifact trail's budget as a share of the threshold, within its 2,400 tokens (the
+    # seed's compactor: 7.5 %, `proxy.trail.default_budget`). Half of that: the trail is
+    # re-sent every turn until the next summary, and what it leaves out is one search away.
+    trail_ratio: float | None = 0.0375
     shares_prefix: bool | None = None
     # Ask the proxy for summary requests that repeat the cached conversation (see Summarizer).
     summary_shares_prefix: ClassVar[bool] = True
 
     async def auto_compact(self, agent: CompactionAgent) -> CompactionReport:
         conv = agent.conversation
-        conv.trail_budget = default_budget(agent.token_threshold)
+        conv.trail_budget = default_budget(agent.token_threshold, self.trail_ratio)
         total = conv.total_tokens
         report = CompactionReport("none", tokens_before=total, estimated_tokens_after=total)
         econ: Economics = getattr(agent, "economics", None) or Economics()
