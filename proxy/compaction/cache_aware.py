@@ -13,9 +13,9 @@ summary in the system message) and changes the decisions:
   over the expected remaining turns, outweigh re-sending the rewritten part uncached (written
   into the cache again at the model's cache-write price) plus the summary call; otherwise it
   waits, but never past the model's window (the hard ceiling);
-- no loops: no new summary until the session grew by more than half of what the last one
-  removed (`regrow_share`; all of it made a session that crossed the threshold by less than
-  its last crossing hover just under it, on level 1 alone);
+- no loops: no new summary until the session grew by more than a quarter of what the last
+  one removed (`regrow_share`; all of it made a session that crossed the threshold by less
+  than its last crossing hover just under it, on level 1 alone);
 - cold cache: after a pause longer than the provider keeps its prompt cache
   (`proxy.compaction.cache_life`), the request pays its whole prompt uncached anyway, so the
   rewrite is free (`Economics.cache_cold`) and a session waiting for break-even compacts then.
