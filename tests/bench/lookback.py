@@ -117,12 +117,17 @@ async def replay(
 
 
 def run_once(
-    trajectories: list[Any], counter: Counter, threshold: int, wires: list[str], settle: bool
+    trajectories: list[Any],
+    counter: Counter,
+    threshold: int,
+    wires: list[str],
+    settle: bool,
+    reader: bool = False,
 ) -> dict[str, Any]:
     """One replay of every configuration on fresh proxies: books, coverage and look-back."""
     by_wire = configs_for(wires, threshold, settle)
     configs = [c for cs in by_wire.values() for c in cs]
-    upstream = LookUpstream(trajectories, counter)
+    upstream = LookUpstream(trajectories, counter, reader)
     scratch = run_dir("lookback")
     server = UvicornThread(upstream.app(), log_level="warning", timeout_keep_alive=600)
     server.start()
@@ -170,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="send each turn at once, racing the proxy's work in flight (to show the race)",
     )
+    parser.add_argument(
+        "--reader",
+        action="store_true",
+        help="the looking-back model also reads the hit its search found",
+    )
     parser.add_argument("--tag", default="", help="suffix of the result files")
     args = parser.parse_args(argv)
     # A stopped run still stops its proxies (`running`'s finally).
@@ -184,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for n in range(max(1, args.repeat)):
         print(f"run {n + 1}/{args.repeat}: {len(trajectories)} trajectories", flush=True)
-        runs.append(run_once(trajectories, counter, args.threshold, args.wires, args.settle))
+        runs.append(
+            run_once(trajectories, counter, args.threshold, args.wires, args.settle, args.reader)
+        )
     run = runs[0]
     same = [r["wires"] == run["wires"] for r in runs]
     repeat = {
@@ -241,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     look = {
         **head,
         "model": LookUpstream.__doc__,
+        "reader": args.reader,
         "wires_detail": run["wires"],
         "all_wires": everything,
         "targets": targets(everything),

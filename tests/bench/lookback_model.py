@@ -13,6 +13,9 @@ hidden tool, as a model would: one round with a search for each such literal; th
 search whose previews did not show the literal, it reads the newest hit (page after page while
 a page goes on, then the next hit), at most `MAX_ROUNDS` rounds in all. The proxy answers
 these rounds itself; each is a request the upstream bills, like any other.
+
+A reader (`--reader`) also reads the hit whose preview showed the literal, as an agent opens
+the file it found: the reads a self-tuning compaction learns from (`proxy.session.asked_back`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ HIT_ID = re.compile(r"^- (\S+) \(turn \d+, ", re.MULTILINE)  # a search hit's li
 NEXT_PAGE = re.compile(r"the next page starts at offset (\d+)\.\]$")
 
 
+def hit_holding(answer: str, literal: str) -> str | None:
+    """The id of the first search hit whose preview shows `literal`."""
+    starts = list(HIT_ID.finditer(answer))
+    for n, m in enumerate(starts):
+        end = starts[n + 1].start() if n + 1 < len(starts) else len(answer)
+        if literal in answer[m.start() : end]:
+            return m.group(1)
+    return None
+
+
 def next_step(call: dict[str, Any], answer: str) -> dict[str, Any] | None:
     """What a model does when an answer did not show the literal it wants: after a search, it
     reads the newest hit; after a page that goes on, the next page; after a whole original,
@@ -61,8 +74,9 @@ def next_step(call: dict[str, Any], answer: str) -> dict[str, Any] | None:
 class LookUpstream(ReplayUpstream):
     """The economy's replay upstream, counting coverage and, for `look@`, looking back."""
 
-    def __init__(self, trajectories: list[Any], counter: Counter) -> None:
+    def __init__(self, trajectories: list[Any], counter: Counter, reader: bool = False) -> None:
         super().__init__(trajectories, counter)
+        self.reader = reader
         from tests.support.corpus import turns
 
         self.lengths = [[len(h) for h, _ in turns(t)] for t in trajectories]
@@ -240,6 +254,11 @@ class LookUpstream(ReplayUpstream):
         for c in (plan or {}).get("calls", []):
             text = answers.get(c["id"], "")
             if c["literal"] in text:
+                hit = hit_holding(text, c["literal"]) if self.reader else None
+                if "query" in c["args"] and hit is not None and plan is not None:
+                    if plan["round"] < MAX_ROUNDS:  # a reader opens what it found
+                        nxt.append({"literal": c["literal"], "args": {"toolcall_id": hit}})
+                        continue
                 self.looks[(cfg, ti)]["found"] += 1
                 continue
             step = next_step(c, text)
