@@ -10,7 +10,7 @@ from tests.bench.lookback_model import hit_holding, next_step
 def items() -> list[Item]:
     return [
         Item("call_a", 1, "read_file", "def load(path):\n    return open(path).read()", 2),
-        Item("call_b", 2, "read_file", "class ActionSystem:\n    def AttachPerformer(self)", 4),
+        Item("call_b", 2, "read_file", "def ActionSystem.AttachPerformer(self, performer):", 4),
         Item("call_c", 3, "bash", "grep found ActionSystem in 3 files", 6),
     ]
 
