@@ -224,65 +224,50 @@ def reruns(
 ) -> list[str]:
     """The names of the tools the messages from `start` call again with the name and arguments
     of a result reclaimed before (one per such call)."""
-    fresh = [
+    fresh = fresh_calls(messages, start)
+    if not fresh:
+        return []
+    return rerun_names(fresh, reclaimed_signatures(messages, keys, reclaimed, start))
+
+
+def fresh_calls(messages: Sequence[Mapping[str, Any]], start: int) -> list[dict[str, Any]]:
+    """The client's own tool calls in the messages from `start`."""
+    return [
         call
         for msg in messages[start:]
         if msg.get("role") == "assistant"
         for call in msg.get("tool_calls") or ()
         if isinstance(call, dict) and not is_extract_call(call)
     ]
+
+
+def reclaimed_signatures(
+    messages: Sequence[Mapping[str, Any]],
+    keys: Mapping[int, str],
+    reclaimed: Iterable[str],
+    start: int,
+) -> frozenset[str]:
+    """The signatures of the calls whose results, before `start`, were reclaimed. One pass
+    over the history and a digest per reclaimed result: `proxy.turn.asked_back_tally` keeps
+    them for the session until its reclaimed results change."""
     wanted = set(reclaimed)
-    if not fresh or not wanted:
-        return []
-    # Only a reclaimed call of the same name whose raw arguments hold a fresh call's probe can
-    # share its signature: those alone are digested, not every reclaimed call of the history.
-    probes: dict[str, list[str | None]] = {}
-    for c in fresh:
-        probes.setdefault(_counted(_function(c).get("name")), []).append(_probe(c))
+    if not wanted:
+        return frozenset()
     calls = call_index(messages, start)
-    gone = set()
-    for i, key in keys.items():
-        if i < start and key in wanted:
-            call = calls.get(str(messages[i].get("tool_call_id")))
-            fn = _function(call)
-            mine = probes.get(_counted(fn.get("name"))) if call is not None else None
-            if mine is None:
-                continue
-            raw = fn.get("arguments")
-            if isinstance(raw, str) and all(p is not None and p not in raw for p in mine):
-                continue
-            gone.add(signature(call))
-    return [tool_name(_function(c).get("name")) for c in fresh if signature(c) in gone]
+    return frozenset(
+        signature(call)
+        for i, key in keys.items()
+        if i < start
+        and key in wanted
+        and (call := calls.get(str(messages[i].get("tool_call_id")))) is not None
+    )
 
 
-def _counted(name: Any) -> str:
-    """`tool_name`, without its per-character pass for a name it keeps as written."""
-    if isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.isprintable():
-        return name
-    return tool_name(name)
-
-
-def _probe(call: Any) -> str | None:
-    """A text the raw arguments of every call with this call's canonical arguments hold: the
-    raw arguments themselves when they are not JSON (or too long to read), else the longest
-    string value that JSON writes as it is (ASCII, printable, no quote or backslash), or None.
-    (A writer that escapes what needs no escape, as `\\/` for `/`, is the one this misses.)"""
-    args = _arguments(call)
-    if isinstance(args, str):
-        return args
-    best: str | None = None
-    stack, seen = [args], 0
-    while stack and seen < 1000:
-        value = stack.pop()
-        seen += 1
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-        elif isinstance(value, str) and (best is None or len(value) > len(best)):
-            if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
-                best = value
-    return best
+def rerun_names(fresh: Iterable[Any], signatures: frozenset[str]) -> list[str]:
+    """The tool names of the calls in `fresh` whose signature is one of `signatures`."""
+    if not signatures:
+        return []
+    return [tool_name(_function(c).get("name")) for c in fresh if signature(c) in signatures]
 
 
 def table(

@@ -156,7 +156,7 @@ class Turn:
             # that opens with a provider's compaction: that is the session going on.)
             self.rb = None
             self.degraded = "side_request"
-        self.looked.started(self.rb)  # the session's counts, and the re-runs it sends
+        self.looked.started(self.rb, self.key.id)  # the session's counts, its re-runs
 
     async def refresh(self) -> bool:
         """Rebuild from the stored state if its version moved; True when it did.

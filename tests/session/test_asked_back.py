@@ -23,8 +23,9 @@ from proxy.compaction.economics import Economics
 from proxy.server.asked_back_metrics import MAX_TOOL_LABELS, LookBackMetrics
 from proxy.session import asked_back
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME
-from proxy.session.rebuild import rebuild
+from proxy.session.rebuild import Rebuild, rebuild, record_turn
 from proxy.session.state import SessionState
+from proxy.turn.asked_back_tally import Signatures, TurnLookBack
 from tests.conftest import MakeProxy, OpenAIClientFactory
 from tests.support.agent import SYSTEM, is_summary_request
 from tests.support.claude_model import PLACEHOLDER
@@ -73,21 +74,29 @@ def test_reruns_match_only_results_reclaimed_before_the_new_messages() -> None:
     assert asked_back.reruns(messages, keys, [], 5) == []
 
 
-def test_a_request_digests_only_the_reclaimed_calls_that_may_match_its_own(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # 500 reclaimed reads of other files: a request that re-runs one of them (its keys in
-    # another order and spacing) digests that one and its own call, not the other 499.
+def _reads(count: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """A history of `count` reads of other files, and their results' reclaim keys."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
-    keys: dict[int, str] = {}
-    for n in range(500):
+    for n in range(count):
         args = f'{{"path": "src/module_{n}.py", "limit": 200}}'
         messages.append({"role": "assistant", "tool_calls": [_call(f"c{n}", "read_file", args)]})
-        keys[len(messages)] = f"c{n}"
         messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "x"})
-    start = len(messages)
-    again = '{ "limit":200, "path":"src/module_250.py" }'
-    messages.append({"role": "assistant", "tool_calls": [_call("new", "read_file", again)]})
+    return messages, [f"c{n}" for n in range(count)]
+
+
+def _turn(messages: list[dict[str, Any]], state: SessionState, again: str) -> Rebuild:
+    """The session's next request: its history, then a read with `again`'s arguments."""
+    later = [*messages, {"role": "assistant", "tool_calls": [_call("new", "read_file", again)]}]
+    return rebuild(later, state)
+
+
+def test_a_session_digests_its_reclaimed_calls_once_until_they_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 500 reclaimed reads: the first turn that looks digests them all, the next ones (the same
+    # reclaimed results) only their own calls, and a turn after a new reclaim all again.
+    messages, keys = _reads(500)
+    state = record_turn(rebuild(messages, SessionState(reclaimed=keys[:400])), total_tokens=1)
     digested: list[str] = []
     original = asked_back.signature
 
@@ -96,8 +105,24 @@ def test_a_request_digests_only_the_reclaimed_calls_that_may_match_its_own(
         return original(call)
 
     monkeypatch.setattr(asked_back, "signature", counting)
-    assert asked_back.reruns(messages, keys, list(keys.values()), start) == ["read_file"]
-    assert sorted(set(digested)) == ["c250", "new"]
+    kept = Signatures()
+    again = '{ "limit":200, "path":"src/module_250.py" }'  # another order and spacing
+    for turn in range(3):
+        digested.clear()
+        looked = TurnLookBack()
+        looked.started(_turn(messages, state, again), "s", kept)
+        assert looked.reruns == {"read_file": 1}
+        assert len(digested) == (401 if turn == 0 else 1), turn
+    state.reclaimed = keys  # a later level 1 reclaimed 100 more
+    digested.clear()
+    looked = TurnLookBack()
+    looked.started(_turn(messages, state, '{"path": "src/module_450.py", "limit": 200}'), "s", kept)
+    assert looked.reruns == {"read_file": 1} and len(digested) == 501
+    # Another session with the same ids and counts is not answered from this one's.
+    digested.clear()
+    looked = TurnLookBack()
+    looked.started(_turn(messages, state, again), "t", kept)
+    assert len(digested) == 501
 
 
 @pytest.mark.parametrize(
