@@ -270,6 +270,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
     from proxy import artifacts
     from proxy.server import allocator, lifecycle
     from proxy.server.app import create_app
+    from proxy.turn import asked_back_tally
     from proxy.turn.thinking_binder import WALKS
 
     app = create_app(settings, worker_metrics=metrics)
@@ -286,6 +287,7 @@ def _run(settings: Settings, *, metrics: Metrics | None = None, **serving: Any) 
         app.state.body_reuse.shrink()  # the parsed histories: the last few sessions' only
         WALKS.clear()  # and the thinking bindings' walks (proxy.turn.thinking_binder)
         artifacts.forget()  # and the trail's remembered scans
+        asked_back_tally.SIGNATURES.clear()  # and the reclaimed calls' signatures
 
     reclaimer = allocator.IdleReclaimer(
         lambda: (drain.in_flight, drain.admitted),

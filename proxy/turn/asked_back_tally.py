@@ -27,7 +27,8 @@ SIGNATURES_KEPT = 32
 class Signatures:
     """The signatures of each recent session's reclaimed calls, kept while its reclaimed
     results stay the same: a turn that compacts nothing reads its new calls alone, instead of
-    the whole history and a digest per reclaimed result (4 ms a request at 1,500 of them).
+    the whole history and a digest per reclaimed result (several ms at 1,500 of them). The
+    idle reclaim empties it (`proxy.cli`), like the other caches kept only for speed.
     An entry holds for the session's reset count and its reclaimed list's length and last key:
     the list only grows while the history goes on, and an edit of the history resets it."""
 
