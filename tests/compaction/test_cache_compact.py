@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.compact import CompactionContext
@@ -221,12 +221,16 @@ async def _regrowing_session(growth: list[int], seen: dict[str, int]) -> None:
 def test_no_summary_until_the_session_regrew_its_share_of_what_the_last_one_removed() -> None:
     """Sessions that cross the threshold again and again: each crossing summarises unless
     the session has not yet regrown its share (a quarter) of what the last summary removed. The
-    generated growths
-    must reach that case often, or the rule goes unchecked."""
+    growths must reach that case, or the rule goes unchecked: three that do are given, and the
+    generated ones reach it too."""
     seen = {"held": 0, "summaries": 0, "examples": 0}
 
     @settings(max_examples=40, deadline=None, derandomize=True)
     @given(growth=st.lists(st.integers(min_value=2, max_value=200), min_size=20, max_size=40))
+    # Each: a jump far over the threshold, a summary, then a crossing within its quarter.
+    @example(growth=[2] * 18 + [117, 32])
+    @example(growth=[2] * 10 + [150, 30, 2, 2, 140, 35])
+    @example(growth=[40, 180, 33, 3, 190, 36] + [2] * 14)
     def check(growth: list[int]) -> None:
         seen["examples"] += 1
         asyncio.run(_regrowing_session(growth, seen))
@@ -237,7 +241,9 @@ def test_no_summary_until_the_session_regrew_its_share_of_what_the_last_one_remo
     # summary that removed much, a session crosses again before regrowing a quarter of it:
     # only a summary that removed over 33,000 tokens leaves room for that, so jumps reach 60,000).
     assert seen["summaries"] >= 2 * seen["examples"], seen
-    assert seen["held"] >= seen["examples"] // 2, seen
+    # The given growths hold back 18 turns; the generated ones more (33 in a run alone, 15 in
+    # one beside the rest of the suite: which lists are generated may differ between runs).
+    assert seen["held"] >= 18 + 5, seen
 
 
 def chat(turns: int, size: int) -> Conversation:
