@@ -44,6 +44,8 @@ SOURCES = {
     # tests.bench.lookback over the whole corpus, every wire (coverage-repeat and -race are its
     # reproducibility runs on one trajectory)
     "coverage": "coverage-32k",
+    # the same run's books: what a replay model that looks back before it acts adds
+    "lookback": "lookback-32k",
 }
 PEERS = ("xun", "litellm", "headroom")
 THRESHOLD = "32k"
@@ -298,6 +300,17 @@ def coverage_rows(runs: Runs) -> Iterator[list[str]]:
         "-",
         "-",
         runs.run(name, data),
+    ]
+    if not (runs.results / f"{SOURCES['lookback']}.json").exists():
+        return
+    look = runs.load(SOURCES["lookback"])
+    books = look["all_wires"]
+    yield [
+        f"Look-back's cost: billed prompt tokens a model that searches first adds{at}",
+        f"+{books['added_billed_pct']:.1f} % (+{books['added_cost_0.1_pct']:.1f} % at 0.1x)",
+        "-",
+        "-",
+        runs.run(SOURCES["lookback"], look),
     ]
 
 
