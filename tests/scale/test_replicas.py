@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME
+from proxy.session.state import SessionState
 from proxy.session.turn_log import TurnLog
 from tests.scale.conftest import SHARED_REDIS, ProxyProcess, drop_keys
 from tests.scale.script import API_KEY, NumberedModel, read_state, session_key
@@ -61,11 +62,14 @@ def play(fake: FakeUpstream, clients: list[openai.OpenAI]) -> list[str]:
 
 
 def comparable(state: dict[str, Any]) -> dict[str, Any]:
-    """A stored state without its wall-clock stamps."""
+    """A stored state without its wall-clock stamps, and with the operators' view of the
+    client's messages as those messages: how they fall into compressed chunks depends on
+    which earlier state each turn's save started from, which a replica's race may change."""
     turns = [
         {k: v for k, v in t.items() if k != "at"} for t in TurnLog(state["turn_log"]).records()
     ]
-    return {**state, "turn_log": turns}
+    view = SessionState(view=state.get("view")).view_messages()
+    return {**state, "turn_log": turns, "view": view}
 
 
 @pytest.fixture
