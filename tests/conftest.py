@@ -21,6 +21,10 @@ from proxy.upstream.client import Pool
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import UvicornThread
 
+# Every HTTP client a test opens must be closed by the end of that test (see the module);
+# pytester runs that guard on a suite of its own.
+pytest_plugins = ["tests.support.open_clients", "pytester"]
+
 
 @dataclass
 class RunningProxy:

@@ -103,13 +103,15 @@ def test_chat_completions_cache_writes_are_recorded(
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_cache_writes_are_recorded(stream: bool) -> None:
-    with wire_proxy(admin_key=ADMIN_KEY) as proxy:
-        client = openai.OpenAI(
+    with (
+        wire_proxy(admin_key=ADMIN_KEY) as proxy,
+        openai.OpenAI(
             base_url=proxy.url + "/v1",
             api_key="sk-client",
             max_retries=0,
             default_headers={"session-id": "writes-responses"},
-        )
+        ) as client,
+    ):
         items: list[Any] = [{"role": "user", "content": PADDING}]
         seen: list[tuple[int, int, int]] = []
         for turn in range(3):
@@ -134,13 +136,15 @@ def test_responses_cache_writes_are_recorded(stream: bool) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_messages_cache_writes_are_recorded(stream: bool) -> None:
-    with wire_proxy(admin_key=ADMIN_KEY) as proxy:
-        client = anthropic.Anthropic(
+    with (
+        wire_proxy(admin_key=ADMIN_KEY) as proxy,
+        anthropic.Anthropic(
             base_url=proxy.url,
             api_key="sk-ant-client",
             max_retries=0,
             default_headers={"x-claude-code-session-id": "writes-messages"},
-        )
+        ) as client,
+    ):
         system = [{"type": "text", "text": PADDING, "cache_control": {"type": "ephemeral"}}]
         messages: list[Any] = []
         seen: list[tuple[int, int, int]] = []
@@ -198,17 +202,19 @@ def first_compaction(ttl: str | None) -> tuple[int, list[int], Any]:
     mark: dict[str, Any] = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
     # Compacting at break-even (patience 1), the dearer rewrite shows as a turn's wait where a
     # turn's saving is small beside the rewrite: at 10k, not at every threshold.
-    with wire_proxy(
-        admin_key=ADMIN_KEY, compactor=f"{__name__}:BreakEven", token_threshold=10000
-    ) as proxy:
-        paths = [f"src/file_{n:02d}.py" for n in range(1, 61)]
-        proxy.messages.policy = ReadFilesModel(paths, tool="read_file", path_key="path")
-        client = anthropic.Anthropic(
+    with (
+        wire_proxy(
+            admin_key=ADMIN_KEY, compactor=f"{__name__}:BreakEven", token_threshold=10000
+        ) as proxy,
+        anthropic.Anthropic(
             base_url=proxy.url,
             api_key="sk-ant-client",
             max_retries=0,
             default_headers={"x-claude-code-session-id": f"ttl-{ttl}"},
-        )
+        ) as client,
+    ):
+        paths = [f"src/file_{n:02d}.py" for n in range(1, 61)]
+        proxy.messages.policy = ReadFilesModel(paths, tool="read_file", path_key="path")
         system = [{"type": "text", "text": "You read files.", "cache_control": mark}]
         messages: list[Any] = [
             {"role": "user", "content": [{"type": "text", "text": "Read the files in order."}]}

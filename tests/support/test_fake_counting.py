@@ -29,9 +29,11 @@ HISTORY = [
 
 
 def test_a_tool_blind_template_bills_without_tool_messages() -> None:
-    with ToolBlindUpstream() as fake:
+    with (
+        ToolBlindUpstream() as fake,
+        openai.OpenAI(base_url=fake.url, api_key="sk-test", max_retries=0) as client,
+    ):
         fake.push(Reply.text("ok"))
-        client = openai.OpenAI(base_url=fake.url, api_key="sk-test", max_retries=0)
         done = client.chat.completions.create(model="m", messages=HISTORY)  # type: ignore[arg-type]
         blind = count_prompt_tokens({"messages": HISTORY[:3]})
         assert done.usage is not None and done.usage.prompt_tokens == blind
@@ -43,8 +45,10 @@ def test_a_tool_blind_template_bills_without_tool_messages() -> None:
 
 
 def test_a_scaled_count_bills_and_refuses_in_openais_shape() -> None:
-    with ScaledUpstream(scale=1.5) as fake:
-        client = openai.OpenAI(base_url=fake.url, api_key="sk-test", max_retries=0)
+    with (
+        ScaledUpstream(scale=1.5) as fake,
+        openai.OpenAI(base_url=fake.url, api_key="sk-test", max_retries=0) as client,
+    ):
         done = client.chat.completions.create(model="m", messages=HISTORY)  # type: ignore[arg-type]
         billed = math.ceil(1.5 * count_prompt_tokens({"messages": HISTORY}))
         assert done.usage is not None and done.usage.prompt_tokens == billed
@@ -66,8 +70,10 @@ def test_a_scaled_count_bills_and_refuses_in_openais_shape() -> None:
 
 def test_the_responses_api_refuses_in_its_shape() -> None:
     items = [{"role": "user", "content": "y" * 2000}]
-    with ScaledResponses(scale=1.5) as fake:
-        client = openai.OpenAI(base_url=fake.url, api_key="sk-test", max_retries=0)
+    with (
+        ScaledResponses(scale=1.5) as fake,
+        openai.OpenAI(base_url=fake.url, api_key="sk-test", max_retries=0) as client,
+    ):
         done = client.responses.create(model="m", input=items)  # type: ignore[arg-type]
         billed = math.ceil(1.5 * responses_tokens({"input": items}))
         assert done.usage is not None and done.usage.input_tokens == billed

@@ -82,10 +82,10 @@ def test_a_session_without_tools_gets_no_tool_before_compacting(
     fake_upstream: FakeUpstream, make_proxy: Any
 ) -> None:
     proxy = make_proxy(token_threshold=1_000_000)
-    client = openai.OpenAI(
+    with openai.OpenAI(
         base_url=proxy.url + "/v1", api_key="sk-test", default_headers={"X-Session-Id": "plain"}
-    )
-    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    ) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert "tools" not in fake_upstream.chat_requests[-1].json
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import openai
 import pytest
 from agents import Agent, OpenAIProvider, RunConfig, Runner, function_tool
+from agents.tracing import get_trace_provider
 
 from proxy.session.extract_tool import EXTRACT_TOOL_NAME
 from tests.conftest import MakeProxy, OpenAIClientFactory
@@ -254,6 +255,14 @@ def test_a_streamed_loop_answered_whole_reaches_the_client_as_streams(
         assert usage.total_tokens == sum(a["usage"]["total_tokens"] for a in answers if a)
 
 
+@pytest.fixture(scope="module")
+def agents_tracing() -> None:
+    """The Agents SDK makes its process-wide trace exporter (and its HTTP client) at its first
+    run: made here, it belongs to the module, not to whichever test ran first."""
+    get_trace_provider()
+
+
+@pytest.mark.usefixtures("agents_tracing")
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_agents_sdk_default_model_through_a_compaction(
     fake_upstream: FakeResponses, make_proxy: MakeProxy, streamed: bool
