@@ -47,7 +47,7 @@ def _made_by_a_test() -> str | None:
         if str(frame.f_globals.get("__name__", "")).startswith("proxy."):
             return None
         path = frame.f_code.co_filename
-        if not path.startswith(_LIBRARIES) and not path.startswith("<") and path != __file__:
+        if not path.startswith(_LIBRARIES) and not path.startswith("<"):
             # from the test's line down to the client's constructor
             return "".join(traceback.format_stack(start, limit=depth))
         frame = frame.f_back  # type: ignore[assignment]
@@ -70,14 +70,14 @@ def _remembering(cls: Any) -> None:
 
 
 # The SDKs' clients are built on httpx, or on its successor httpx2 in their newer releases.
-CLIENTS: list[Any] = [httpx.Client, httpx.AsyncClient]
+_CLIENTS: list[Any] = [httpx.Client, httpx.AsyncClient]
 try:
     import httpx2
 
-    CLIENTS += [httpx2.Client, httpx2.AsyncClient]
+    _CLIENTS += [httpx2.Client, httpx2.AsyncClient]
 except ImportError:  # an SDK release still on httpx
     pass
-for _cls in CLIENTS:
+for _cls in _CLIENTS:
     _remembering(_cls)
 
 

@@ -79,13 +79,11 @@ def test_the_extract_tool_can_wait_for_the_first_compaction(
 
 
 def test_a_session_without_tools_gets_no_tool_before_compacting(
-    fake_upstream: FakeUpstream, make_proxy: Any
+    fake_upstream: FakeUpstream, make_proxy: Any, client_for: Any
 ) -> None:
     proxy = make_proxy(token_threshold=1_000_000)
-    with openai.OpenAI(
-        base_url=proxy.url + "/v1", api_key="sk-test", default_headers={"X-Session-Id": "plain"}
-    ) as client:
-        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    client = client_for(proxy, session="plain", key="sk-test")
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert "tools" not in fake_upstream.chat_requests[-1].json
 
 
